@@ -1,0 +1,1110 @@
+#!/usr/bin/env python3
+"""Differential test: drive the real `etcdctl` against a server under test and
+against reference etcd 3.5.1, and compare the (normalized) outputs.
+
+Usage:
+  difftest.py --server PATH_TO_SERVER_BINARY --etcd-dir DIR_WITH_REFERENCE_BINARIES
+              [--cluster 1|3] [--etcdctl PATH ...] [-k FILTER ...] [-v] [--keep]
+              [--ignore-grpc-codes] [--list]
+
+For every etcdctl binary (default: the reference etcdctl 3.5.1 from --etcd-dir and,
+if present, Debian's /usr/bin/etcdctl 3.4 run with ETCDCTL_API=3) a fresh pair of
+servers is started: one single-node reference etcd, and the server under test
+(single node, or a 3-member cluster with --cluster 3).  All scenarios are then run,
+in the same order, against both.  Each scenario uses its own key prefix (/sNNN/),
+but revisions are global, so revisions are compared exactly.  With --cluster 3 the
+steps are spread round-robin over the members' endpoints (serializable reads are
+sent to the member that served the last linearizable step, so that they are
+guaranteed to observe the previous writes).
+
+After every scenario the current revision of both servers is compared; if it
+differs the scenario fails and the lagging server is padded with dummy puts
+(/__pad) so that a single divergence does not make every later scenario fail.
+
+Normalization: etcd-client JSON warning log lines ({"level":...}) are removed
+(the gRPC status they carry, e.g. "code = OutOfRange desc = ...", is kept as one
+"<grpc-error ...>" line per distinct error unless --ignore-grpc-codes); cluster
+ids, member ids, raft terms, lease ids (hex in simple output, decimal in json /
+fields output) and endpoint addresses are replaced by placeholders.  Revisions are
+never normalized.
+
+Prints `PASS name (etcdctl X)` / `FAIL name (etcdctl X)` (+ a unified diff of the
+first differing step) per scenario and finally `N passed, M failed`; exits 1 if
+anything failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import difflib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+STEP_TIMEOUT = 20.0       # seconds for one etcdctl invocation
+READY_TIMEOUT = 30.0      # seconds for servers to become healthy
+
+# --------------------------------------------------------------------------
+# Scenario DSL
+# --------------------------------------------------------------------------
+# Placeholders (substituted per server, in argv and stdin):
+#   {P}       the scenario's key prefix, e.g. /s007/
+#   {R}       the revision at the start of the scenario ({R+3}, {R-1} also work)
+#   {L:name}  the hex id of a lease captured by a step with capture="name"
+
+
+@dataclass
+class Step:
+    argv: list[str]
+    stdin: str | None = None
+    capture: str | None = None   # capture the lease id printed by `lease grant`
+
+
+@dataclass
+class Scenario:
+    name: str
+    steps: list[Step]
+    index: int = 0
+
+    @property
+    def prefix(self) -> str:
+        return f"/s{self.index:03d}/"
+
+
+SCENARIOS: list[Scenario] = []
+
+
+def S(cmd: str, stdin: str | None = None, capture: str | None = None) -> Step:
+    return Step(shlex.split(cmd), stdin=stdin, capture=capture)
+
+
+def scenario(name: str, *steps) -> None:
+    assert all(s.name != name for s in SCENARIOS), name
+    SCENARIOS.append(Scenario(name, [s if isinstance(s, Step) else S(s) for s in steps],
+                              index=len(SCENARIOS) + 1))
+
+
+def TXN(stdin: str, flags: str = "") -> Step:
+    return S("txn " + flags, stdin=stdin)
+
+
+def txn_input(compares=(), success=(), failure=()) -> str:
+    """etcdctl (non-interactive) txn stdin: compares, blank line, success requests,
+    blank line, failure requests, blank line.  Every section must be terminated by
+    a blank line: hitting EOF instead fails with `Error: EOF` (exit 3)."""
+    return "".join(f"{line}\n" for line in compares) + "\n" + \
+        "".join(f"{line}\n" for line in success) + "\n" + \
+        "".join(f"{line}\n" for line in failure) + "\n"
+
+
+def build_scenarios() -> None:
+    # ----------------------------------------------------------------- put
+    scenario("put_simple",
+             "put {P}a 1",
+             "get {P}a",
+             "put {P}a 2",
+             "get {P}a",
+             "get {P}a -w json",
+             "get {P}a -w fields",
+             "get {P}a -w simple",
+             "put {P}b 'hello world'",
+             "get {P}b -w json")
+    scenario("put_versions",
+             "put {P}k v1", "put {P}k v2", "put {P}k v3",
+             "get {P}k -w json",
+             "put {P}other x",
+             "put {P}k v4",
+             "get {P}k -w fields",
+             "get --prefix {P} -w json")
+    scenario("put_prev_kv",
+             "put {P}k v1 --prev-kv",
+             "put {P}k v2 --prev-kv",
+             "put {P}k v3 --prev-kv -w json",
+             "put {P}k v4 --prev-kv -w fields",
+             "put {P}k2 new --prev-kv -w json",
+             "put {P}k2 new --prev-kv -w fields")
+    scenario("put_write_out",
+             "put {P}a 1 -w json",
+             "put {P}a 2 -w fields",
+             "put {P}a 3 -w simple",
+             "put {P}a 4 -w table",
+             "get {P}a -w table",
+             "get {P}a -w bogus")
+    scenario("put_ignore_value",
+             "put {P}iv original",
+             "put {P}iv --ignore-value",
+             "get {P}iv -w json",
+             "put {P}iv --ignore-value --prev-kv",
+             "put {P}iv --ignore-value --prev-kv -w json",
+             "put {P}missing --ignore-value",
+             "put {P}iv newvalue --ignore-value",
+             "get {P}iv -w fields")
+    scenario("put_lease_ignore_lease",
+             S("lease grant 600", capture="L1"),
+             S("lease grant 600 -w json", capture="L2"),
+             "put {P}l v1 --lease={L:L1}",
+             "get {P}l -w json",
+             "get {P}l -w fields",
+             "put {P}l v2 --ignore-lease",
+             "get {P}l -w json",
+             "put {P}l v3 --ignore-lease --prev-kv -w json",
+             "put {P}l v4 --lease={L:L2} --prev-kv -w fields",
+             "get {P}l -w fields",
+             "put {P}l v5",
+             "get {P}l -w json",
+             "put {P}nolease x --ignore-lease",
+             "put {P}l v6 --ignore-lease --lease={L:L1}",
+             "put {P}l --ignore-lease --ignore-value",
+             "get {P}l -w json",
+             "put {P}l2 a --lease={L:L1}",
+             "lease revoke {L:L1}",
+             "get --prefix {P} -w json",
+             "put {P}l3 a --lease={L:L1}")
+    scenario("put_lease_errors",
+             "put {P}x v --lease=1234",
+             "put {P}x v --lease=zz",
+             "put {P}x v --lease=0",
+             "get {P}x -w json",
+             "put {P}x v --lease=7fffffffffffffff")
+    scenario("put_arg_errors",
+             "put '' x",
+             "put",
+             "put {P}a",
+             "put {P}a b c",
+             "get {P}a")
+    scenario("put_value_from_stdin",
+             S("put {P}in", stdin="hello world\nline2 ünïcødé ✓\n"),
+             "get {P}in",
+             "get {P}in -w json",
+             "get {P}in --print-value-only",
+             S("put {P}in2 --prev-kv", stdin="no trailing newline"),
+             "get {P}in2 -w fields",
+             S("put {P}in3", stdin=""),
+             S("put {P}in3 'arg wins'", stdin="stdin loses"),
+             "get {P}in3")
+    scenario("put_special_values",
+             "put {P}sp 'a value with   spaces'",
+             "put {P}uni 'ünïcødé — 日本語 ✓'",
+             "put {P}nl 'line1\nline2'",
+             Step(["put", "{P}quote", "\"quoted\" and 'single'"]),
+             "put {P}empty ''",
+             "put {P}dash -- -starts-with-dash",
+             "put {P}tab 'a\tb'",
+             S("put {P}big", stdin="0123456789abcdef" * 1024),
+             "get {P}sp", "get {P}uni", "get {P}nl", "get {P}quote",
+             "get {P}empty", "get {P}empty -w json", "get {P}dash", "get {P}tab -w json",
+             "get {P}big -w fields",
+             "get --prefix {P} --keys-only",
+             "get --prefix {P} --print-value-only --limit 6")
+    scenario("put_special_keys",
+             "put '{P}key with spaces' v1",
+             "put '{P}ключ' v2",
+             "put '{P}emoji😀' v3",
+             "put '{P}nl\nkey' v4",
+             "get --prefix {P}",
+             "get --prefix {P} -w json",
+             "get '{P}ключ' -w fields",
+             "--hex get --prefix {P}",
+             "del '{P}key with spaces'",
+             "get --prefix {P} --keys-only")
+    # ----------------------------------------------------------------- get
+    scenario("get_missing_key",
+             "get {P}nothing",
+             "get {P}nothing -w json",
+             "get {P}nothing -w fields",
+             "get {P}nothing --print-value-only",
+             "get --prefix {P}nothing -w json")
+    scenario("get_prefix",
+             "put {P}a 1", "put {P}ab 2", "put {P}abc 3", "put {P}b 4", "put {P}ba 5",
+             "put {P}c 6",
+             "get --prefix {P}a",
+             "get --prefix {P}a -w json",
+             "get --prefix {P}a -w fields",
+             "get --prefix {P}",
+             "get --prefix {P}b --keys-only",
+             "get --prefix {P}b --print-value-only",
+             "get --prefix {P}zzz -w json",
+             "get {P}a --prefix --limit 2 -w json",
+             "get {P}a --prefix --limit 3 -w json",
+             "get {P}a --prefix --limit 4 -w json")
+    scenario("get_range_end",
+             "put {P}a 1", "put {P}b 2", "put {P}c 3", "put {P}d 4", "put {P}e 5",
+             "get {P}b {P}d",
+             "get {P}b {P}d -w json",
+             "get {P}a {P}z --keys-only",
+             "get {P}b {P}b -w json",
+             "get {P}d {P}b -w json",
+             "get {P}b {P}d --limit 1 -w fields",
+             "get {P}b {P}dd --order=DESCEND",
+             "get {P}b {P}d --prefix")
+    scenario("get_from_key",
+             "put {P}a 1", "put {P}b 2", "put {P}c 3", "put {P}d 4",
+             "get --from-key {P}b",
+             "get --from-key {P}b -w json",
+             "get --from-key {P}bb --keys-only",
+             "get --from-key {P}b --limit 2 -w json",
+             "get --from-key {P}b --order=DESCEND --keys-only",
+             "get --from-key {P}b --prefix",
+             "get --from-key {P}zzzz -w json",
+             "get {P}a {P}c --from-key")
+    scenario("get_limit",
+             "put {P}a 1", "put {P}b 2", "put {P}c 3",
+             "get --prefix {P} --limit 1",
+             "get --prefix {P} --limit 2 -w json",
+             "get --prefix {P} --limit 3 -w json",
+             "get --prefix {P} --limit 100 -w fields",
+             "get --prefix {P} --limit 0 -w json",
+             "get --prefix {P} --limit -1 -w json",
+             "get {P}a --limit 1 -w json")
+    sort_steps = ["put {P}c 3", "put {P}a 5", "put {P}e 1", "put {P}b 4", "put {P}d 2",
+                  "put {P}a 6", "put {P}b 4", "put {P}a 7", "put {P}d 9"]
+    for target in ("KEY", "VERSION", "CREATE", "MODIFY", "VALUE"):
+        sort_steps.append(f"get --prefix {{P}} --sort-by={target} -w json")
+        for order in ("ASCEND", "DESCEND"):
+            sort_steps.append(f"get --prefix {{P}} --sort-by={target} --order={order}")
+    sort_steps += ["get --prefix {P} --order=DESCEND",
+                   "get --prefix {P} --order=ASCEND --keys-only",
+                   "get --prefix {P} --sort-by=VERSION --order=DESCEND --limit 2 -w json",
+                   "get --prefix {P} --sort-by=VALUE --order=DESCEND --limit 3 --keys-only",
+                   "get --prefix {P} --sort-by=MODIFY --limit 1 -w fields",
+                   "get --prefix {P} --sort-by=create --order=descend",
+                   "get --prefix {P} --sort-by=BOGUS",
+                   "get --prefix {P} --order=BOGUS"]
+    scenario("get_sort_small", *sort_steps)
+    scenario("get_sort_ties_small",
+             # ties: (only <= 6 keys so Go's sort.Sort in etcd is effectively stable)
+             "put {P}f same", "put {P}b same", "put {P}d other", "put {P}a same",
+             "put {P}c other", "put {P}e same",
+             "get --prefix {P} --sort-by=VALUE",
+             "get --prefix {P} --sort-by=VALUE --order=DESCEND",
+             "get --prefix {P} --sort-by=VERSION --keys-only",
+             "get --prefix {P} --sort-by=VERSION --order=DESCEND --keys-only",
+             "get --prefix {P} --sort-by=VALUE --limit 2 -w json")
+    scenario("get_keys_only_print_value_only",
+             "put {P}a 1", "put {P}b 2",
+             "get --prefix {P} --keys-only",
+             "get --prefix {P} --keys-only -w json",
+             "get --prefix {P} --keys-only -w fields",
+             "get --prefix {P} --print-value-only",
+             "get --prefix {P} --print-value-only -w json",
+             "get --prefix {P} --keys-only --print-value-only",
+             "get {P}a --keys-only --limit 1 -w json")
+    scenario("get_count_only",
+             "put {P}a 1", "put {P}b 2", "put {P}c 3",
+             "get --prefix {P} --count-only -w fields",
+             "get --prefix {P} --count-only -w json",
+             "get --prefix {P} --count-only",
+             "get --prefix {P} --count-only --keys-only -w fields",
+             "get --prefix {P} --count-only --limit 1 -w fields",
+             "get {P}a --count-only -w fields",
+             "get {P}zz --count-only -w fields",
+             "get {P}a {P}c --count-only -w json")
+    scenario("get_rev_history",
+             "put {P}k v1", "put {P}k v2", "put {P}j j1", "put {P}k v3", "del {P}k",
+             "get {P}k --rev={R+1}",
+             "get {P}k --rev={R+2} -w json",
+             "get {P}k --rev={R+3} -w fields",
+             "get {P}k --rev={R+4}",
+             "get {P}k --rev={R+5} -w json",
+             "get --prefix {P} --rev={R+3} -w json",
+             "get --prefix {P} --rev={R+5} -w json",
+             "get --prefix {P} --rev={R+2} --count-only -w fields",
+             "get {P}k --rev=0 -w json",
+             "get {P}k --rev=-1 -w json")
+    scenario("get_rev_future",
+             "put {P}k v1",
+             "get {P}k --rev={R+1}",
+             "get {P}k --rev={R+2}",
+             "get {P}k --rev={R+1000} -w json",
+             "get --prefix {P} --rev={R+2} --count-only -w fields")
+    scenario("get_consistency",
+             "put {P}a 1", "put {P}b 2",
+             "get {P}a --consistency=s",
+             "get --prefix {P} --consistency=s -w json",
+             "get {P}a --consistency=l -w json",
+             "get {P}a --consistency=x",
+             "put {P}a 3",
+             "get {P}a --consistency=s -w fields")
+    # (no --min/max-mod-revision, --min/max-create-revision: neither etcdctl 3.5.1 nor
+    #  3.4 has these flags -- they only exist in the gRPC RangeRequest / etcdctl 3.6.)
+    scenario("get_sort_with_range_and_rev",
+             "put {P}a 3", "put {P}b 1", "put {P}c 2", "put {P}a 4", "put {P}d 0", "put {P}b 5",
+             "get {P}a {P}d --sort-by=VALUE -w json",
+             "get {P}a {P}d --sort-by=MODIFY --order=DESCEND --limit 2 -w json",
+             "get --prefix {P} --sort-by=CREATE --order=DESCEND --limit 1 -w json",
+             "get --prefix {P} --rev={R+4} --sort-by=VALUE --order=DESCEND -w json",
+             "get --prefix {P} --rev={R+3} --sort-by=MODIFY --limit 2 --keys-only",
+             "get --from-key {P}b --sort-by=VERSION --order=DESCEND --keys-only",
+             "get --prefix {P} --sort-by=KEY --order=ASCEND --limit 2 -w json")
+    scenario("get_hex",
+             "put {P}a 'hi there'",
+             "--hex get {P}a",
+             "--hex get {P}a --print-value-only",
+             "--hex get --prefix {P} --keys-only",
+             "--hex get {P}a -w fields",
+             "--hex get {P}a -w json")
+    scenario("get_arg_errors",
+             "get",
+             "get {P}a {P}b {P}c",
+             "get {P}a --prefix --from-key",
+             "get {P}a {P}b --prefix",
+             "get {P}a --rev=abc",
+             "get {P}a --min-mod-revision=1")
+    keys = [f"k{i:02d}" for i in range(30)]
+    perm = [(i * 7 + 3) % 30 for i in range(30)]       # a permutation of 0..29
+    many = [f"put {{P}}{keys[p]} val{(p * 11) % 30:02d}" for p in perm]
+    many += [f"put {{P}}{keys[p]} upd{(p * 13) % 30:02d}" for p in perm[::4]]
+    many += ["get --prefix {P} --keys-only",
+             "get --prefix {P} --count-only -w fields",
+             "get --prefix {P} --limit 5 -w json",
+             "get --prefix {P} --sort-by=KEY --order=DESCEND --limit 4 -w json",
+             "get --prefix {P} --sort-by=CREATE --order=ASCEND --limit 7 --keys-only",
+             "get --prefix {P} --sort-by=CREATE --order=DESCEND --limit 7 --keys-only",
+             "get --prefix {P} --sort-by=MODIFY --order=DESCEND --limit 5 -w json",
+             "get --prefix {P} --sort-by=MODIFY --order=ASCEND --limit 30 --keys-only",
+             "get --prefix {P} --sort-by=VALUE --limit 6",
+             "get --prefix {P} --sort-by=VALUE --order=DESCEND --limit 6 -w fields",
+             "get --prefix {P} --order=DESCEND --limit 3 --keys-only",
+             "get {P}k05 {P}k15 --sort-by=VALUE --order=DESCEND --keys-only",
+             "get --from-key {P}k20 --sort-by=MODIFY --order=DESCEND --limit 4 --keys-only",
+             # VERSION has ties: keep it to <= 6 keys (Go's sort.Sort is only stable there)
+             "get {P}k00 {P}k06 --sort-by=VERSION --keys-only",
+             "get {P}k10 {P}k16 --sort-by=VERSION --order=DESCEND --limit 3 --keys-only",
+             "get {P}k20 {P}k26 --sort-by=VERSION --order=DESCEND -w json",
+             "get --prefix {P} --rev={R+15} --sort-by=VALUE --order=DESCEND --limit 4 -w json",
+             "get --prefix {P} --limit 29 --keys-only -w json",
+             "del --prefix {P}k1",
+             "get --prefix {P} --sort-by=MODIFY --order=DESCEND --limit 3 -w json"]
+    scenario("get_many_keys_sort_limit", *many)
+    # ----------------------------------------------------------------- del
+    scenario("del_single",
+             "put {P}a 1", "put {P}b 2",
+             "del {P}a",
+             "del {P}a",
+             "del {P}nothing -w json",
+             "del {P}b -w json",
+             "get --prefix {P} -w json",
+             "del {P}b -w fields")
+    scenario("del_prev_kv",
+             "put {P}a 1", "put {P}a 2", "put {P}b 3",
+             "del {P}a --prev-kv",
+             "del {P}b --prev-kv -w json",
+             "put {P}c 4",
+             "del {P}c --prev-kv -w fields",
+             "del {P}nothing --prev-kv -w json",
+             "del {P}nothing --prev-kv")
+    scenario("del_prefix",
+             "put {P}a 1", "put {P}ab 2", "put {P}abc 3", "put {P}b 4",
+             "del --prefix {P}a",
+             "get --prefix {P} --keys-only",
+             "del --prefix {P}zzz",
+             "put {P}a 5", "put {P}ax 6",
+             "del --prefix {P}a --prev-kv -w json",
+             "del --prefix {P}",
+             "get --prefix {P} -w json")
+    scenario("del_from_key",
+             "put {P}a 1", "put {P}b 2", "put {P}c 3", "put {P}d 4",
+             "del --from-key {P}c",
+             "get --prefix {P} --keys-only",
+             "del --from-key {P}b --prev-kv",
+             "del --from-key {P}b",
+             "get --prefix {P} -w json")
+    scenario("del_range",
+             "put {P}a 1", "put {P}b 2", "put {P}c 3", "put {P}d 4", "put {P}e 5",
+             "del {P}b {P}d",
+             "get --prefix {P} --keys-only",
+             "del {P}a {P}dz --prev-kv -w json",
+             "del {P}x {P}y",
+             "del {P}e {P}a",
+             "get --prefix {P} --keys-only")
+    scenario("del_and_recreate",
+             "put {P}k v1", "put {P}k v2",
+             "del {P}k",
+             "get {P}k -w json",
+             "put {P}k v3",
+             "get {P}k -w json",
+             "get {P}k --rev={R+2} -w json",
+             "get {P}k --rev={R+3} -w json")
+    scenario("del_arg_errors",
+             "del",
+             "del {P}a --prefix --from-key",
+             "del {P}a {P}b {P}c",
+             "del {P}a {P}b --prefix")
+    # ----------------------------------------------------------------- txn
+    scenario("txn_value_compares",
+             "put {P}k b",
+             TXN(txn_input(['value("{P}k") = "b"'], ['put {P}r eq-true'], ['put {P}r eq-false'])),
+             TXN(txn_input(['value("{P}k") != "b"'], ['put {P}r ne-true'], ['put {P}r ne-false'])),
+             TXN(txn_input(['value("{P}k") < "c"'], ['put {P}r lt-true'], ['put {P}r lt-false'])),
+             TXN(txn_input(['value("{P}k") > "c"'], ['put {P}r gt-true'], ['put {P}r gt-false'])),
+             TXN(txn_input(['val("{P}k") > "a"'], ['get {P}r'], ['get {P}k'])),
+             TXN(txn_input(['value("{P}k") = "B"'], ['get {P}r'], ['get {P}k'])),
+             TXN(txn_input(['value("{P}missing") = ""'], ['get {P}r'], ['get {P}k'])),
+             TXN(txn_input(['value("{P}missing") != "x"'], ['get {P}r'], ['get {P}k'])),
+             "get {P}r -w json")
+    scenario("txn_version_compares",
+             "put {P}k 1", "put {P}k 2",
+             TXN(txn_input(['version("{P}k") = "2"'], ['put {P}r 1'], ['put {P}r 0'])),
+             TXN(txn_input(['version("{P}k") > "2"'], ['put {P}r 1'], ['put {P}r 0'])),
+             TXN(txn_input(['ver("{P}k") < "3"'], ['get {P}r'], ['get {P}k'])),
+             TXN(txn_input(['version("{P}k") != "2"'], ['get {P}r'], ['get {P}k'])),
+             TXN(txn_input(['version("{P}missing") = "0"'], ['put {P}missing created'], [])),
+             TXN(txn_input(['version("{P}missing") = "0"'], ['put {P}missing created'], ['get {P}missing'])),
+             TXN(txn_input(['version("{P}k") = "x"'], [], [])),
+             "get --prefix {P} -w json")
+    scenario("txn_create_compares",
+             "put {P}a 1", "put {P}b 1", "put {P}a 2",
+             TXN(txn_input(['create("{P}a") = "{R+1}"'], ['get {P}a'], ['get {P}b'])),
+             TXN(txn_input(['create("{P}a") > "{R+1}"'], ['get {P}a'], ['get {P}b'])),
+             TXN(txn_input(['c("{P}b") > "{R+1}"'], ['get {P}a'], ['get {P}b'])),
+             TXN(txn_input(['create("{P}b") < "{R+1}"'], ['get {P}a'], ['get {P}b'])),
+             TXN(txn_input(['create("{P}b") != "{R+2}"'], ['get {P}a'], ['get {P}b'])),
+             TXN(txn_input(['create("{P}none") = "0"'], ['put {P}none x'], ['get {P}none'])),
+             TXN(txn_input(['create("{P}none") = "0"'], ['put {P}none y'], ['get {P}none'])))
+    scenario("txn_mod_compares",
+             "put {P}a 1", "put {P}b 1", "put {P}a 2",
+             TXN(txn_input(['mod("{P}a") = "{R+3}"'], ['put {P}a 3'], ['get {P}a'])),
+             TXN(txn_input(['mod("{P}a") = "{R+3}"'], ['put {P}a 4'], ['get {P}a'])),
+             TXN(txn_input(['m("{P}a") > "{R+3}"'], ['get {P}a'], ['get {P}b'])),
+             TXN(txn_input(['mod("{P}b") < "{R+3}"'], ['get {P}a'], ['get {P}b'])),
+             TXN(txn_input(['mod("{P}b") != "{R+2}"'], ['get {P}a'], ['get {P}b'])),
+             TXN(txn_input(['mod("{P}missing") = "0"'], ['get {P}a'], ['get {P}b'])),
+             TXN(txn_input(['mod("{P}missing") < "1"'], ['get {P}a'], ['get {P}b'])))
+    scenario("txn_multiple_compares",
+             "put {P}a 1", "put {P}b 2",
+             TXN(txn_input(['value("{P}a") = "1"', 'value("{P}b") = "2"'],
+                           ['put {P}res both'], ['put {P}res notboth'])),
+             TXN(txn_input(['value("{P}a") = "1"', 'value("{P}b") = "3"', 'version("{P}a") = "1"'],
+                           ['put {P}res all'], ['put {P}res notall'])),
+             TXN(txn_input(['value("{P}a") = "1"', 'mod("{P}a") = "{R+1}"', 'create("{P}b") = "{R+2}"', 'version("{P}b") > "0"'],
+                           ['get {P}res'], []), "-w json"),
+             "get {P}res -w json")
+    scenario("txn_ops_inside",
+             "put {P}a 1", "put {P}b 2", "put {P}c 3",
+             TXN(txn_input([], ['get --prefix {P}', 'get {P}a --keys-only', 'get {P}b --print-value-only',
+                                'get --prefix {P} --limit 1', 'get --prefix {P} --sort-by=VALUE --order=DESCEND',
+                                'get --prefix {P} --count-only'], [])),
+             TXN(txn_input([], ['put {P}a 10 --prev-kv', 'del {P}b --prev-kv', 'del {P}nothing',
+                                'put {P}d "spaced value"', 'get --prefix {P}'], []), "-w json"),
+             TXN(txn_input([], ['del --prefix {P} --prev-kv', 'get --prefix {P}'], []), "-w fields"),
+             TXN(txn_input([], ['put {P}x 1', 'put {P}y 2', 'get --from-key {P}x'], [])),
+             TXN(txn_input([], ['del --from-key {P}y'], [])),
+             TXN(txn_input([], ['delete {P}x'], [])),
+             "get --prefix {P} -w json")
+    scenario("txn_output_formats",
+             "put {P}a 1",
+             TXN(txn_input(['value("{P}a") = "1"'], ['get {P}a', 'put {P}b 2', 'del {P}a'], []), "-w json"),
+             TXN(txn_input(['value("{P}a") = "1"'], [], ['get {P}b', 'put {P}c 3', 'del {P}zz']), "-w json"),
+             TXN(txn_input(['value("{P}b") = "2"'], ['get {P}b', 'put {P}c 4 --prev-kv', 'del {P}b --prev-kv', 'del {P}zz --prev-kv'], []), "-w fields"),
+             TXN(txn_input(['value("{P}b") = "2"'], ['get {P}b', 'put {P}c 5'], []), "-w simple"),
+             TXN(txn_input(['value("{P}b") = "2"'], ['get {P}b'], []), "-w table"))
+    scenario("txn_empty_and_readonly",
+             TXN(txn_input()),
+             TXN(txn_input(), "-w json"),
+             TXN(txn_input(['value("{P}a") = "1"'])),
+             TXN(txn_input(['value("{P}a") = "1"']), "-w json"),
+             "put {P}a 1",
+             TXN(txn_input([], ['get {P}a']), "-w json"),
+             TXN(txn_input([], [], ['get {P}a']), "-w json"),
+             TXN(txn_input(['value("{P}a") = "1"'], ['get {P}a'], ['get {P}a']), "-w fields"),
+             "get {P}a -w json")
+    scenario("txn_duplicate_keys",
+             "put {P}a 1",
+             TXN(txn_input([], ['put {P}a 2', 'put {P}a 3'], [])),
+             TXN(txn_input([], ['put {P}a 2', 'del {P}a'], [])),
+             TXN(txn_input([], ['put {P}ab 2', 'del --prefix {P}a'], [])),
+             TXN(txn_input([], ['del {P}a', 'del {P}a'], [])),
+             TXN(txn_input([], ['get {P}a', 'put {P}a 4', 'get {P}a'], [])),
+             TXN(txn_input(['value("{P}a") = "nope"'], ['put {P}a 5'], ['put {P}a 6', 'put {P}a 7'])),
+             TXN(txn_input(['value("{P}a") = "nope"'], ['put {P}a 5', 'put {P}a 5'], ['put {P}a 8'])),
+             TXN(txn_input(['value("{P}a") = "4"'], ['put {P}a 9'], ['put {P}a 8', 'put {P}a 8'])),
+             "get {P}a -w json")
+    scenario("txn_create_if_missing",
+             TXN(txn_input(['create("{P}lock") = "0"'], ['put {P}lock owner1'], ['get {P}lock'])),
+             TXN(txn_input(['create("{P}lock") = "0"'], ['put {P}lock owner2'], ['get {P}lock']), "-w json"),
+             TXN(txn_input(['value("{P}lock") = "owner1"'], ['del {P}lock'], [])),
+             TXN(txn_input(['create("{P}lock") = "0"'], ['put {P}lock owner2'], ['get {P}lock'])),
+             "get {P}lock -w fields")
+    scenario("txn_parse_errors",
+             "put {P}a 1",
+             S("txn", stdin=""),
+             S("txn", stdin='value("{P}a") = "1"\n\nput {P}b 1\n'),
+             S("txn", stdin='value("{P}a") = "1"\n\nput {P}b 1\n\nput {P}b 0'),
+             S("txn", stdin='value("{P}a") = "1"\n\nput {P}b 2\n\nput {P}b 0\n'),
+             S("txn", stdin='val({P}a) = "1"\n\n\n\n'),
+             S("txn", stdin='foo("{P}a") = "1"\n\n\n\n'),
+             S("txn", stdin='value "{P}a" = "1"\n\n\n\n'),
+             S("txn", stdin='value("{P}a") = 1\n\n\n\n'),
+             S("txn", stdin='version("{P}a") = "one"\n\n\n\n'),
+             S("txn", stdin='\nfoo bar\n\n\n'),
+             S("txn", stdin='\nput {P}onlykey\n\n\n'),
+             S("txn", stdin='\nget\n\n\n'),
+             S("txn", stdin='\nput {P}c 1 --bogus-flag\n\n\n'),
+             S("txn extra-arg", stdin='\n\n\n'),
+             S("txn", stdin='   \n  put {P}c   "indented"  \n\n\n'),
+             "get --prefix {P} -w json")
+    scenario("txn_lease",
+             S("lease grant 600", capture="L"),
+             "put {P}a 1 --lease={L:L}",
+             "put {P}b 1",
+             # (no lease("k") compares: etcdctl 3.5.1 panics on them client-side,
+             #  "panic: bad value" in clientv3.mustInt64orLeaseID)
+             TXN(txn_input([], ['put {P}c 1 --lease={L:L}', 'get --prefix {P}'], []), "-w json"),
+             TXN(txn_input([], ['put {P}c 2 --ignore-lease', 'put {P}a --ignore-value'], []), "-w json"),
+             TXN(txn_input([], ['put {P}d 1 --lease=1234'], [])),
+             "get --prefix {P} -w json",
+             "lease revoke {L:L}",
+             "get --prefix {P} -w json")
+    scenario("txn_get_rev",
+             "put {P}a 1", "put {P}a 2",
+             TXN(txn_input([], ['get {P}a --rev={R+1}', 'get {P}a --rev={R+2}'], []), "-w json"),
+             TXN(txn_input([], ['get {P}a --rev={R+100}'], [])),
+             TXN(txn_input([], ['get --prefix {P} --rev={R+1} --limit 1'], [])),
+             TXN(txn_input([], ['get --prefix {P} --rev={R+2} --sort-by=MODIFY --order=DESCEND'], []), "-w json"))
+    # --------------------------------------------------------- compaction
+    scenario("compaction_basic",
+             "put {P}k v1", "put {P}k v2", "put {P}gone x", "del {P}gone", "put {P}k v3",
+             "compaction {R+3}",
+             "get {P}k --rev={R+1}",
+             "get {P}k --rev={R+2} -w json",
+             "get {P}k --rev={R+3} -w json",
+             "get --prefix {P} --rev={R+3} -w json",
+             "get --prefix {P} --rev={R+4} -w json",
+             "get --prefix {P} --rev={R+5} -w json",
+             "get {P}k -w json",
+             "get --prefix {P} --rev={R+2} --count-only -w fields",
+             "get {P}k --rev={R+3} --consistency=s -w json",
+             "get {P}k --rev={R+2} --consistency=s")
+    scenario("compaction_errors",
+             "put {P}k v1", "put {P}k v2", "put {P}k v3",
+             "compaction {R+2}",
+             "compaction {R+2}",
+             "compaction {R+1}",
+             "compaction {R+1000}",
+             "compaction {R+4}",
+             "compaction 0",
+             "compaction -5",
+             "compaction",
+             "compaction abc",
+             "compaction {R+3} {R+3}",
+             "compaction {R+3} -w json",
+             "compaction {R+3} -w fields",
+             "get {P}k -w json")
+    scenario("compaction_physical",
+             "put {P}a 1", "put {P}a 2", "put {P}b 1", "put {P}a 3",
+             "compaction --physical {R+2}",
+             "get {P}a --rev={R+1}",
+             "get --prefix {P} --rev={R+2} -w json",
+             "compaction --physical=true {R+3} -w json",
+             "get --prefix {P} --rev={R+2} -w json",
+             "get --prefix {P} --rev={R+3} -w json",
+             "compaction --physical {R+3}",
+             "get --prefix {P} -w json")
+    scenario("compaction_then_txn_and_history",
+             "put {P}a 1", "put {P}a 2", "put {P}b 1", "del {P}a", "put {P}a 3",
+             "compaction {R+4}",
+             TXN(txn_input([], ['get {P}a --rev={R+3}'], []), "-w json"),
+             TXN(txn_input([], ['get {P}a --rev={R+4}', 'get --prefix {P} --rev={R+5}'], []), "-w json"),
+             TXN(txn_input(['mod("{P}a") = "{R+5}"'], ['put {P}a 4', 'get {P}a --rev={R+5}'], []), "-w json"),
+             "get {P}a -w json",
+             "get {P}a --rev={R+4} -w json",
+             "del --prefix {P} --prev-kv -w json",
+             "get --prefix {P} --rev={R+6} -w json",
+             "get --prefix {P} --rev={R+7} -w json")
+    scenario("keyspace_wide_reads",
+             "put {P}a 1",
+             "get '' --prefix --count-only -w fields",
+             "get --from-key '' --keys-only --limit 3 -w json",
+             "get --prefix {P} -w json")
+
+
+# --------------------------------------------------------------------------
+# Processes
+# --------------------------------------------------------------------------
+
+_PROCS: list[subprocess.Popen] = []
+_TMPDIRS: list[str] = []
+_KEEP = False
+
+
+def _cleanup() -> None:
+    for p in list(_PROCS):
+        if p.poll() is None:
+            try:
+                p.terminate()
+            except OSError:
+                pass
+    deadline = time.time() + 5
+    for p in list(_PROCS):
+        try:
+            p.wait(timeout=max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            try:
+                p.kill()
+                p.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+    _PROCS.clear()
+    if not _KEEP:
+        for d in _TMPDIRS:
+            shutil.rmtree(d, ignore_errors=True)
+        _TMPDIRS.clear()
+
+
+atexit.register(_cleanup)
+
+
+def _on_signal(signum, _frame):
+    raise SystemExit(128 + signum)
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class Cluster:
+    """A single node or an n-member cluster of some etcd-compatible binary."""
+
+    def __init__(self, label: str, binary: str, members: int, workdir: str):
+        self.label = label
+        self.binary = binary
+        self.n = members
+        self.workdir = workdir
+        self.procs: list[subprocess.Popen] = []
+        self.logs: list[str] = []
+        ports = free_ports(2 * members)
+        self.client_ports = ports[:members]
+        self.peer_ports = ports[members:]
+        self.names = [f"{label}{i}" for i in range(members)]
+        self.endpoints = [f"http://127.0.0.1:{p}" for p in self.client_ports]
+
+    def start(self) -> None:
+        initial = ",".join(f"{nm}=http://127.0.0.1:{pp}"
+                           for nm, pp in zip(self.names, self.peer_ports))
+        for i in range(self.n):
+            ddir = os.path.join(self.workdir, f"{self.names[i]}.data")
+            log = os.path.join(self.workdir, f"{self.names[i]}.log")
+            self.logs.append(log)
+            argv = [self.binary,
+                    "--name", self.names[i],
+                    "--data-dir", ddir,
+                    "--listen-client-urls", self.endpoints[i],
+                    "--advertise-client-urls", self.endpoints[i],
+                    "--listen-peer-urls", f"http://127.0.0.1:{self.peer_ports[i]}",
+                    "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer_ports[i]}",
+                    "--initial-cluster", initial,
+                    "--initial-cluster-state", "new",
+                    "--initial-cluster-token", f"difftest-{self.label}"]
+            with open(log, "wb") as lf:
+                p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=lf,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+            self.procs.append(p)
+            _PROCS.append(p)
+
+    def dead(self) -> str | None:
+        for nm, p in zip(self.names, self.procs):
+            if p.poll() is not None:
+                return f"{self.label} member {nm} exited with code {p.returncode}"
+        return None
+
+    def log_tail(self, lines: int = 25) -> str:
+        out = []
+        for log in self.logs:
+            try:
+                with open(log, "rb") as f:
+                    data = f.read().decode("utf-8", "replace").splitlines()
+            except OSError:
+                continue
+            out.append(f"==> {log} <==")
+            out.extend(data[-lines:])
+        return "\n".join(out)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=5)
+            if p in _PROCS:
+                _PROCS.remove(p)
+
+
+# --------------------------------------------------------------------------
+# etcdctl invocation
+# --------------------------------------------------------------------------
+
+@dataclass
+class Result:
+    code: int | str
+    stdout: str
+    stderr: str
+
+
+class Ctl:
+    def __init__(self, path: str):
+        self.path = path
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("ETCDCTL_")}
+        self.env["ETCDCTL_API"] = "3"
+        r = subprocess.run([path, "version"], env=self.env, capture_output=True, text=True,
+                           timeout=STEP_TIMEOUT)
+        m = re.search(r"etcdctl version:\s*(\S+)", r.stdout)
+        self.version = m.group(1) if m else "unknown"
+
+    def start(self, endpoint: str, argv: list[str], stdin: str | None) -> subprocess.Popen:
+        return subprocess.Popen([self.path, f"--endpoints={endpoint}", *argv], env=self.env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+
+    @staticmethod
+    def finish(p: subprocess.Popen, stdin: str | None, deadline: float) -> Result:
+        data = (stdin or "").encode()
+        try:
+            out, err = p.communicate(data, timeout=max(0.1, deadline - time.time()))
+            code: int | str = p.returncode
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            code = "TIMEOUT"
+        return Result(code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+    def run(self, endpoint: str, argv: list[str], stdin: str | None = None,
+            timeout: float = STEP_TIMEOUT) -> Result:
+        p = self.start(endpoint, argv, stdin)
+        return self.finish(p, stdin, time.time() + timeout)
+
+
+def run_pair(ctl: Ctl, ep_a: str, argv_a, stdin_a, ep_b: str, argv_b, stdin_b) -> tuple[Result, Result]:
+    """Run one etcdctl invocation against each server concurrently."""
+    pa = ctl.start(ep_a, argv_a, stdin_a)
+    pb = ctl.start(ep_b, argv_b, stdin_b)
+    deadline = time.time() + STEP_TIMEOUT
+    return ctl.finish(pa, stdin_a, deadline), ctl.finish(pb, stdin_b, deadline)
+
+
+def wait_ready(ctl: Ctl, cluster: Cluster, deadline: float) -> str | None:
+    """Poll `endpoint health` and a linearizable `get` on every member."""
+    pending = list(cluster.endpoints)
+    last = ""
+    while pending:
+        dead = cluster.dead()
+        if dead:
+            return dead
+        ep = pending[0]
+        r = ctl.run(ep, ["--command-timeout=2s", "endpoint", "health"], timeout=5)
+        if r.code == 0:
+            r = ctl.run(ep, ["--command-timeout=2s", "get", "/__ready_probe"], timeout=5)
+        if r.code == 0:
+            pending.pop(0)
+            continue
+        last = (r.stdout + r.stderr).strip()[-500:]
+        if time.time() > deadline:
+            return f"{cluster.label} not ready after {READY_TIMEOUT:.0f}s ({ep}): {last}"
+        time.sleep(0.2)
+    return None
+
+
+# --------------------------------------------------------------------------
+# Normalization
+# --------------------------------------------------------------------------
+
+_GRPC_ERR = re.compile(r'"error":"((?:[^"\\]|\\.)*)"')
+_SUBS = [
+    (re.compile(r'"(cluster_id|member_id|raft_term)":[1-9][0-9]*'), r'"\1":<\1>'),
+    (re.compile(r'"(ClusterID|MemberID|RaftTerm)" : [1-9][0-9]*'), r'"\1" : <\1>'),
+    (re.compile(r'"(lease|ID)":[1-9][0-9]*'), r'"\1":<LEASE?>'),
+    (re.compile(r'"(Lease|ID|PrevLease)" : [1-9][0-9]*'), r'"\1" : <LEASE?>'),
+    (re.compile(r'(127\.0\.0\.1|localhost):[0-9]+'), r'<ENDPOINT>'),
+]
+_HEXID = re.compile(r'(?<![0-9A-Za-z])[0-9a-f]{16}(?![0-9A-Za-z])')
+
+
+def normalize(text: str, leases: dict[str, str], keep_grpc: bool, is_stderr: bool) -> str:
+    # known lease ids: every representation -> <LEASE:name>
+    for name, hexid in leases.items():
+        v = int(hexid, 16)
+        for rep in sorted({hexid, f"{v:016x}", f"{v:x}", str(v)}, key=len, reverse=True):
+            text = re.sub(r'(?<![0-9A-Za-z])' + re.escape(rep) + r'(?![0-9A-Za-z])',
+                          f"<LEASE:{name}>", text)
+    out: list[str] = []
+    seen_grpc: set[str] = set()
+    for line in text.split("\n"):
+        if line.startswith('{"level":'):
+            if keep_grpc and is_stderr:
+                m = _GRPC_ERR.search(line)
+                if m:
+                    err = json.loads('"' + m.group(1) + '"')
+                    if err not in seen_grpc:
+                        seen_grpc.add(err)
+                        out.append(f"<grpc-error {err}>")
+            continue
+        for rx, rep in _SUBS:
+            line = rx.sub(rep, line)
+        if not line.lstrip().startswith("{"):
+            line = _HEXID.sub("<HEXID>", line)
+        out.append(line)
+    return "\n".join(out)
+
+
+def render(res: Result, leases, keep_grpc) -> str:
+    return (f"exit: {res.code}\n"
+            f"--- stdout\n{normalize(res.stdout, leases, keep_grpc, False)}\n"
+            f"--- stderr\n{normalize(res.stderr, leases, keep_grpc, True)}\n")
+
+
+# --------------------------------------------------------------------------
+# Running scenarios
+# --------------------------------------------------------------------------
+
+_PLACEHOLDER = re.compile(r"\{(P|R(?:[+-][0-9]+)?|L:\w+)\}")
+
+
+@dataclass
+class SideCtx:
+    prefix: str
+    rev: int
+    leases: dict[str, str] = field(default_factory=dict)
+
+    def subst(self, s: str) -> str:
+        def rep(m: re.Match) -> str:
+            tok = m.group(1)
+            if tok == "P":
+                return self.prefix
+            if tok.startswith("R"):
+                return str(self.rev + int(tok[1:] or 0))
+            name = tok[2:]
+            return self.leases.get(name, f"<no-lease-{name}>")
+        return _PLACEHOLDER.sub(rep, s)
+
+
+def current_revision(ctl: Ctl, ep: str) -> int | None:
+    r = ctl.run(ep, ["get", "/__rev_probe", "-w", "json"])
+    if r.code != 0:
+        return None
+    try:
+        return int(json.loads(r.stdout.strip().splitlines()[-1])["header"]["revision"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+class Runner:
+    def __init__(self, ctl: Ctl, ref: Cluster, test: Cluster, keep_grpc: bool, verbose: bool):
+        self.ctl = ctl
+        self.ref = ref
+        self.test = test
+        self.keep_grpc = keep_grpc
+        self.verbose = verbose
+        self.rr = 0                     # round-robin counter over test members
+        self.last_lin = 0               # member of the last non-serializable step
+        self.pads = 0
+        self.unresponsive = 0           # consecutive steps the server under test timed out
+        self.aborted: str | None = None
+
+    def revisions(self) -> tuple[int | None, int | None]:
+        return (current_revision(self.ctl, self.ref.endpoints[0]),
+                current_revision(self.ctl, self.test.endpoints[self.last_lin]))
+
+    def resync(self, ref_rev: int | None, test_rev: int | None) -> None:
+        """Pad the lagging server with dummy puts so revisions line up again."""
+        if ref_rev is None or test_rev is None or ref_rev == test_rev:
+            return
+        lag_ep = self.ref.endpoints[0] if ref_rev < test_rev else self.test.endpoints[0]
+        for _ in range(min(abs(ref_rev - test_rev), 10000)):
+            self.pads += 1
+            if self.ctl.run(lag_ep, ["put", "/__pad", str(self.pads)]).code != 0:
+                return
+
+    def run(self, sc: Scenario, start: tuple[int | None, int | None]) -> tuple[bool, str, tuple]:
+        ref_rev, test_rev = start
+        if ref_rev is None or test_rev is None:
+            return False, f"  cannot read current revision (reference: {ref_rev}, under test: {test_rev})", \
+                self.revisions()
+        ctx_ref = SideCtx(sc.prefix, ref_rev)
+        ctx_test = SideCtx(sc.prefix, test_rev)
+        failure = ""
+        for i, step in enumerate(sc.steps, 1):
+            serializable = "--consistency=s" in step.argv or any(
+                a == "--consistency" and b == "s" for a, b in zip(step.argv, step.argv[1:]))
+            if serializable:
+                member = self.last_lin
+            else:
+                member = self.rr % self.test.n
+                self.rr += 1
+                self.last_lin = member
+            argv_ref = [ctx_ref.subst(a) for a in step.argv]
+            argv_test = [ctx_test.subst(a) for a in step.argv]
+            stdin_ref = ctx_ref.subst(step.stdin) if step.stdin is not None else None
+            stdin_test = ctx_test.subst(step.stdin) if step.stdin is not None else None
+            r_ref, r_test = run_pair(self.ctl, self.ref.endpoints[0], argv_ref, stdin_ref,
+                                     self.test.endpoints[member], argv_test, stdin_test)
+            if step.capture:
+                for ctx, r in ((ctx_ref, r_ref), (ctx_test, r_test)):
+                    m = re.search(r"lease ([0-9a-f]+) granted", r.stdout)
+                    if m:
+                        ctx.leases[step.capture] = m.group(1)
+                    else:
+                        m = re.search(r'"ID":([0-9]+)', r.stdout)
+                        if m:
+                            ctx.leases[step.capture] = f"{int(m.group(1)):016x}"
+            if r_test.code == "TIMEOUT" or "context deadline exceeded" in r_test.stderr:
+                self.unresponsive += 1
+            else:
+                self.unresponsive = 0
+            a = render(r_ref, ctx_ref.leases, self.keep_grpc)
+            b = render(r_test, ctx_test.leases, self.keep_grpc)
+            shown = " ".join(shlex.quote(x) for x in argv_ref)
+            if self.verbose:
+                print(f"  [{sc.name} {i}] etcdctl {shown}" +
+                      (f"  <<< {stdin_ref!r}" if stdin_ref is not None else ""))
+                print("    " + a.rstrip("\n").replace("\n", "\n    "))
+            if a != b and not failure:
+                where = f" on member {member}" if self.test.n > 1 else ""
+                diff = difflib.unified_diff(a.splitlines(), b.splitlines(),
+                                            "reference etcd", "server under test", lineterm="")
+                failure = (f"  step {i}/{len(sc.steps)}{where}: etcdctl {shown}"
+                           + (f"\n  stdin: {stdin_ref!r}" if stdin_ref is not None else "")
+                           + "\n" + "\n".join("  " + line for line in diff))
+            if self.unresponsive >= 5:
+                self.aborted = "server under test unresponsive (5 timed-out steps in a row)"
+                failure += f"\n  !!! {self.aborted}"
+                return False, failure, (None, None)
+        end = self.revisions()
+        if not failure and end[0] != end[1]:
+            failure = (f"  revision after scenario differs: reference {end[0]}, "
+                       f"under test {end[1]}")
+        if end[0] != end[1]:
+            self.resync(*end)
+            end = self.revisions()
+        return not failure, failure, end
+
+
+def run_with_ctl(ctl: Ctl, args, scenarios: list[Scenario]) -> tuple[int, int]:
+    tag = f"(etcdctl {ctl.version})"
+    workdir = tempfile.mkdtemp(prefix="difftest-")
+    _TMPDIRS.append(workdir)
+    ref = Cluster("ref", os.path.join(args.etcd_dir, "etcd"), 1, workdir)
+    test = Cluster("test", args.server, args.cluster, workdir)
+    passed = failed = 0
+    t0 = time.time()
+    try:
+        ref.start()
+        test.start()
+        deadline = time.time() + READY_TIMEOUT
+        for cl in (ref, test):
+            err = wait_ready(ctl, cl, deadline)
+            if err:
+                print(f"FAIL startup {tag}\n  {err}\n{cl.log_tail()}")
+                for sc in scenarios:
+                    print(f"FAIL {sc.name} {tag}\n  not run: {cl.label} did not start")
+                return 0, len(scenarios)
+        runner = Runner(ctl, ref, test, not args.ignore_grpc_codes, args.verbose)
+        revs = runner.revisions()
+        if revs[0] != revs[1]:
+            runner.resync(*revs)
+            revs = runner.revisions()
+        aborted = None
+        for sc in scenarios:
+            if aborted is None:
+                aborted = test.dead() or ref.dead() or runner.aborted
+                if aborted:
+                    print(f"  !!! {aborted}\n{(ref if ref.dead() else test).log_tail()}")
+            if aborted:
+                print(f"FAIL {sc.name} {tag}\n  not run: {aborted}")
+                failed += 1
+                continue
+            ok, msg, revs = runner.run(sc, revs)
+            if ok:
+                passed += 1
+                print(f"PASS {sc.name} {tag}")
+            else:
+                failed += 1
+                print(f"FAIL {sc.name} {tag}\n{msg}")
+            sys.stdout.flush()
+    finally:
+        ref.stop()
+        test.stop()
+        if not _KEEP:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(f"# etcdctl {ctl.version} ({ctl.path}): {passed} passed, {failed} failed "
+          f"in {time.time() - t0:.1f}s", file=sys.stderr)
+    return passed, failed
+
+
+def main() -> int:
+    global _KEEP
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--server", required=True, help="binary of the server under test")
+    ap.add_argument("--etcd-dir", required=True,
+                    help="folder holding the reference etcd and etcdctl 3.5.1 binaries")
+    ap.add_argument("--cluster", type=int, choices=(1, 3), default=1,
+                    help="members of the server under test (default 1)")
+    ap.add_argument("--etcdctl", action="append", metavar="PATH",
+                    help="etcdctl binary to drive (repeatable; default: reference etcdctl "
+                         "and /usr/bin/etcdctl if present)")
+    ap.add_argument("-k", dest="filters", action="append", metavar="FILTER",
+                    help="only run scenarios whose name contains FILTER (repeatable)")
+    ap.add_argument("-v", "--verbose", action="store_true",
+                    help="print every step and its normalized reference output")
+    ap.add_argument("--ignore-grpc-codes", action="store_true",
+                    help="drop the client warning lines entirely instead of comparing "
+                         "the gRPC status they carry")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dirs (data, logs)")
+    ap.add_argument("--list", action="store_true", help="list scenario names and exit")
+    args = ap.parse_args()
+    _KEEP = args.keep
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGHUP, _on_signal)
+
+    build_scenarios()
+    scenarios = [s for s in SCENARIOS
+                 if not args.filters or any(f in s.name for f in args.filters)]
+    if args.list:
+        for s in scenarios:
+            print(f"{s.name} ({len(s.steps)} steps)")
+        return 0
+    for b in ("etcd", "etcdctl"):
+        if not os.access(os.path.join(args.etcd_dir, b), os.X_OK):
+            ap.error(f"{b} not found in --etcd-dir {args.etcd_dir}")
+    if not os.access(args.server, os.X_OK):
+        ap.error(f"--server {args.server} is not executable")
+    ctl_paths = args.etcdctl or [os.path.join(args.etcd_dir, "etcdctl")] + \
+        (["/usr/bin/etcdctl"] if os.access("/usr/bin/etcdctl", os.X_OK) else [])
+    if not scenarios:
+        ap.error("no scenario matches the filters")
+
+    total_pass = total_fail = 0
+    try:
+        for path in ctl_paths:
+            p, f = run_with_ctl(Ctl(path), args, scenarios)
+            total_pass += p
+            total_fail += f
+    finally:
+        _cleanup()
+    print(f"{total_pass} passed, {total_fail} failed")
+    return 1 if total_fail else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

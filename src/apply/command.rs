@@ -1,0 +1,86 @@
+//! The Raft log entry payload ([`Command`]) and its result ([`CommandResult`]), both protobuf
+//! messages of `proto/concord/raft.proto`. Protobuf keeps the log readable by newer binaries;
+//! serde (for openraft) carries the same protobuf bytes.
+
+use prost::Message;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+pub use crate::pb::concordpb::command::Op;
+pub use crate::pb::concordpb::command_result::Result as Outcome;
+pub use crate::pb::concordpb::{Command, CommandResult};
+
+/// The log format this binary writes into [`Command::format`].
+pub const COMMAND_FORMAT: u32 = 1;
+
+impl Command {
+    /// Wraps an operation for the log.
+    pub fn new(op: Op) -> Self {
+        Command {
+            format: COMMAND_FORMAT,
+            op: Some(op),
+        }
+    }
+}
+
+macro_rules! serde_as_protobuf {
+    ($t:ty) => {
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_bytes(&self.encode_to_vec())
+            }
+        }
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let bytes: Vec<u8> = serde_bytes_vec(d)?;
+                <$t>::decode(bytes.as_slice()).map_err(D::Error::custom)
+            }
+        }
+    };
+}
+
+fn serde_bytes_vec<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+    struct V;
+    impl<'de> serde::de::Visitor<'de> for V {
+        type Value = Vec<u8>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("protobuf bytes")
+        }
+        fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+            Ok(v.to_vec())
+        }
+        fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+            Ok(v)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
+            let mut out = Vec::new();
+            while let Some(b) = seq.next_element::<u8>()? {
+                out.push(b);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_byte_buf(V)
+}
+
+serde_as_protobuf!(Command);
+serde_as_protobuf!(CommandResult);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::etcdserverpb::PutRequest;
+
+    #[test]
+    fn commands_survive_bincode() -> Result<(), bincode::Error> {
+        let cmd = Command::new(Op::Put(PutRequest {
+            key: b"k".to_vec(),
+            value: b"v".to_vec(),
+            ..Default::default()
+        }));
+        let bytes = bincode::serialize(&cmd)?;
+        let back: Command = bincode::deserialize(&bytes)?;
+        assert_eq!(back, cmd);
+        Ok(())
+    }
+}

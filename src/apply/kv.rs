@@ -1,0 +1,81 @@
+//! Put and DeleteRange as etcd applies them, alone or inside a txn.
+
+use crate::error::{Error, Result};
+use crate::mvcc::{KeyRange, KvTxn};
+use crate::pb::etcdserverpb::{
+    DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse, ResponseHeader,
+};
+
+/// Checks that a put can succeed before anything is written: `ignore_value`/`ignore_lease` need
+/// the key to exist, and a lease must exist.
+///
+/// # Errors
+/// [`Error::KeyNotFound`] or [`Error::LeaseNotFound`].
+pub fn check_put(txn: &impl KvTxn, req: &PutRequest) -> Result<()> {
+    if (req.ignore_value || req.ignore_lease) && current(txn, &req.key).is_none() {
+        return Err(Error::KeyNotFound);
+    }
+    // No lease exists until the lessor lands (issue 4), so every named lease is unknown.
+    if req.lease != 0 {
+        return Err(Error::LeaseNotFound);
+    }
+    Ok(())
+}
+
+fn current(txn: &impl KvTxn, key: &[u8]) -> Option<crate::mvcc::KeyRevision> {
+    let at = txn.read_revision();
+    txn.index_range(&KeyRange::Single(key.to_vec()), at)
+        .into_iter()
+        .next()
+        .map(|(_, kr)| kr)
+}
+
+/// Applies a put; the header holds the revision of the write.
+///
+/// # Errors
+/// Those of [`check_put`], or a storage failure.
+pub fn put(txn: &mut impl KvTxn, req: &PutRequest) -> Result<PutResponse> {
+    check_put(txn, req)?;
+    let mut value = req.value.as_slice();
+    let mut lease = req.lease;
+    let prev = match current(txn, &req.key) {
+        Some(kr) if req.ignore_value || req.ignore_lease || req.prev_kv => {
+            Some(txn.load(&req.key, &kr)?)
+        }
+        _ => None,
+    };
+    let kept;
+    if let Some(p) = &prev {
+        if req.ignore_value {
+            kept = p.value.clone();
+            value = &kept;
+        }
+        if req.ignore_lease {
+            lease = p.lease;
+        }
+    }
+    txn.put(&req.key, value, lease)?;
+    Ok(PutResponse {
+        header: Some(ResponseHeader {
+            revision: txn.read_revision(),
+            ..Default::default()
+        }),
+        prev_kv: prev.filter(|_| req.prev_kv),
+    })
+}
+
+/// Applies a delete; the header holds the revision (unchanged if nothing was deleted).
+///
+/// # Errors
+/// A storage failure.
+pub fn delete_range(txn: &mut impl KvTxn, req: &DeleteRangeRequest) -> Result<DeleteRangeResponse> {
+    let deleted = txn.delete_range(&KeyRange::new(&req.key, &req.range_end))?;
+    Ok(DeleteRangeResponse {
+        header: Some(ResponseHeader {
+            revision: txn.read_revision(),
+            ..Default::default()
+        }),
+        deleted: deleted.len() as i64,
+        prev_kvs: if req.prev_kv { deleted } else { Vec::new() },
+    })
+}

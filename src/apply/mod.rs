@@ -1,0 +1,53 @@
+//! The only writer of the state machine: turns one committed [`Command`] into changes of the
+//! MVCC store and a [`CommandResult`]. Deterministic (no clocks, no randomness, no I/O besides
+//! the store), so every member produces the same revisions and the same answers.
+
+pub mod command;
+pub mod kv;
+pub mod txn;
+
+pub use command::{Command, CommandResult, Op, Outcome};
+
+use crate::error::Error;
+use crate::mvcc::WriteTxn;
+use crate::pb::etcdserverpb::{CompactionResponse, ResponseHeader};
+
+/// Applies one command inside the apply batch `w` and closes its request.
+pub fn apply(w: &mut WriteTxn<'_>, cmd: &Command) -> CommandResult {
+    let outcome = match &cmd.op {
+        Some(Op::Put(req)) => kv::put(w, req).map(Outcome::Put),
+        Some(Op::DeleteRange(req)) => kv::delete_range(w, req).map(Outcome::DeleteRange),
+        Some(Op::Txn(req)) => txn::execute(w, req).map(Outcome::Txn),
+        Some(Op::Compaction(req)) => w.compact(req.revision).map(|()| {
+            Outcome::Compaction(CompactionResponse {
+                header: Some(ResponseHeader::default()),
+            })
+        }),
+        None => Ok(Outcome::Error(Error::Storage.code())),
+    };
+    let revision = w.end_request();
+    let outcome = match outcome {
+        Ok(mut o) => {
+            set_revision(&mut o, revision);
+            o
+        }
+        Err(e) => Outcome::Error(e.code()),
+    };
+    CommandResult {
+        result: Some(outcome),
+    }
+}
+
+fn set_revision(o: &mut Outcome, revision: i64) {
+    let header = match o {
+        Outcome::Put(r) => &mut r.header,
+        Outcome::DeleteRange(r) => &mut r.header,
+        Outcome::Txn(r) => &mut r.header,
+        Outcome::Compaction(r) => &mut r.header,
+        Outcome::Error(_) => return,
+    };
+    header.get_or_insert_with(Default::default).revision = revision;
+}
+
+#[cfg(test)]
+mod tests;

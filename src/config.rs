@@ -1,0 +1,238 @@
+//! etcd-compatible configuration: the same flags, `ETCD_*` environment variables and defaults,
+//! so that `concord` with no flags behaves like `etcd` with no flags.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// Command-line flags, named as etcd's.
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "concord",
+    version,
+    about = "An etcd v3 API-compatible key-value store"
+)]
+pub struct Config {
+    /// Human-readable name for this member.
+    #[arg(long, env = "ETCD_NAME", default_value = "default")]
+    pub name: String,
+    /// Path to the data directory (default: `<name>.concord`).
+    #[arg(long, env = "ETCD_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// URLs to listen on for client traffic.
+    #[arg(
+        long,
+        env = "ETCD_LISTEN_CLIENT_URLS",
+        default_value = "http://localhost:2379"
+    )]
+    pub listen_client_urls: String,
+    /// Client URLs advertised to the rest of the cluster.
+    #[arg(
+        long,
+        env = "ETCD_ADVERTISE_CLIENT_URLS",
+        default_value = "http://localhost:2379"
+    )]
+    pub advertise_client_urls: String,
+    /// URLs to listen on for peer traffic.
+    #[arg(
+        long,
+        env = "ETCD_LISTEN_PEER_URLS",
+        default_value = "http://localhost:2380"
+    )]
+    pub listen_peer_urls: String,
+    /// This member's peer URLs, advertised to the rest of the cluster.
+    #[arg(
+        long,
+        env = "ETCD_INITIAL_ADVERTISE_PEER_URLS",
+        default_value = "http://localhost:2380"
+    )]
+    pub initial_advertise_peer_urls: String,
+    /// Initial cluster configuration for bootstrapping: `name=peer-url,...`
+    /// (default: `<name>=<initial-advertise-peer-urls>`).
+    #[arg(long, env = "ETCD_INITIAL_CLUSTER")]
+    pub initial_cluster: Option<String>,
+    /// `new` to bootstrap a new cluster, `existing` to join one.
+    #[arg(long, env = "ETCD_INITIAL_CLUSTER_STATE", default_value = "new")]
+    pub initial_cluster_state: ClusterState,
+    /// Initial cluster token, mixed into member and cluster ids.
+    #[arg(
+        long,
+        env = "ETCD_INITIAL_CLUSTER_TOKEN",
+        default_value = "etcd-cluster"
+    )]
+    pub initial_cluster_token: String,
+    /// Maximum client request size in bytes the server will accept.
+    #[arg(long, env = "ETCD_MAX_REQUEST_BYTES", default_value_t = 1_572_864)]
+    pub max_request_bytes: usize,
+    /// Maximum number of operations permitted in a transaction.
+    #[arg(long, env = "ETCD_MAX_TXN_OPS", default_value_t = 128)]
+    pub max_txn_ops: usize,
+    /// Time (in milliseconds) of a heartbeat interval.
+    #[arg(long, env = "ETCD_HEARTBEAT_INTERVAL", default_value_t = 100)]
+    pub heartbeat_interval: u64,
+    /// Time (in milliseconds) for an election to timeout.
+    #[arg(long, env = "ETCD_ELECTION_TIMEOUT", default_value_t = 1000)]
+    pub election_timeout: u64,
+    /// Number of committed entries that trigger a snapshot and log compaction.
+    #[arg(long, env = "ETCD_SNAPSHOT_COUNT", default_value_t = 100_000)]
+    pub snapshot_count: u64,
+    /// Log level: debug, info, warn, error.
+    #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+}
+
+/// `--initial-cluster-state`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClusterState {
+    /// Bootstrap a new cluster.
+    New,
+    /// Join an existing cluster.
+    Existing,
+}
+
+/// One member of `--initial-cluster`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitialMember {
+    /// The member's name.
+    pub name: String,
+    /// Its peer URLs.
+    pub peer_urls: Vec<String>,
+}
+
+impl Config {
+    /// Parses flags the way etcd does: Go's flag package accepts `-name` as well as `--name`.
+    pub fn from_args() -> Self {
+        let args = std::env::args().map(|a| {
+            let is_single_dash_flag = a.starts_with('-')
+                && !a.starts_with("--")
+                && a.len() > 2
+                && a.chars().nth(1).is_some_and(|c| c.is_ascii_alphabetic());
+            if is_single_dash_flag {
+                format!("-{a}")
+            } else {
+                a
+            }
+        });
+        Config::parse_from(args)
+    }
+
+    /// The data directory, `<name>.concord` unless given.
+    pub fn data_dir(&self) -> PathBuf {
+        self.data_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("{}.concord", self.name)))
+    }
+
+    /// The request timeout etcd derives from the election timeout: 5s + 2 × election.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_secs(5) + Duration::from_millis(2 * self.election_timeout)
+    }
+
+    /// `--initial-cluster`, parsed and keyed by member id.
+    ///
+    /// # Errors
+    /// When an entry is not `name=url`.
+    pub fn initial_members(&self) -> Result<BTreeMap<u64, InitialMember>, String> {
+        let spec = self.initial_cluster.clone().unwrap_or_else(|| {
+            split_urls(&self.initial_advertise_peer_urls)
+                .iter()
+                .map(|u| format!("{}={u}", self.name))
+                .collect::<Vec<_>>()
+                .join(",")
+        });
+        let mut by_name: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, url) = part
+                .split_once('=')
+                .ok_or_else(|| format!("invalid --initial-cluster entry {part:?}"))?;
+            by_name
+                .entry(name.to_string())
+                .or_default()
+                .push(url.to_string());
+        }
+        Ok(by_name
+            .into_iter()
+            .map(|(name, peer_urls)| {
+                let id = member_id(&peer_urls, &self.initial_cluster_token);
+                (id, InitialMember { name, peer_urls })
+            })
+            .collect())
+    }
+
+    /// This member's id, from its advertised peer URLs.
+    pub fn member_id(&self) -> u64 {
+        member_id(
+            &split_urls(&self.initial_advertise_peer_urls),
+            &self.initial_cluster_token,
+        )
+    }
+}
+
+/// Splits a comma-separated URL list.
+pub fn split_urls(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// A member id, as etcd derives it: a hash of the sorted peer URLs and the cluster token.
+pub fn member_id(peer_urls: &[String], token: &str) -> u64 {
+    let mut urls = peer_urls.to_vec();
+    urls.sort();
+    let id = fnv1a(format!("{}{token}", urls.concat()).as_bytes());
+    id.max(1)
+}
+
+/// The cluster id: a hash of the sorted initial member ids.
+pub fn cluster_id<'a>(member_ids: impl IntoIterator<Item = &'a u64>) -> u64 {
+    let mut ids: Vec<u64> = member_ids.into_iter().copied().collect();
+    ids.sort_unstable();
+    let bytes: Vec<u8> = ids.iter().flat_map(|i| i.to_be_bytes()).collect();
+    fnv1a(&bytes)
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_etcd() {
+        let c = Config::parse_from(["concord"]);
+        assert_eq!(c.data_dir(), PathBuf::from("default.concord"));
+        assert_eq!(c.max_request_bytes, 1_572_864);
+        assert_eq!(c.max_txn_ops, 128);
+        let members = c.initial_members().unwrap_or_default();
+        assert_eq!(members.len(), 1);
+        assert!(members.contains_key(&c.member_id()));
+    }
+
+    #[test]
+    fn initial_cluster_ids_are_stable_and_distinct() {
+        let c = Config::parse_from([
+            "concord",
+            "--initial-cluster",
+            "a=http://127.0.0.1:1,b=http://127.0.0.1:2,c=http://127.0.0.1:3",
+            "--initial-advertise-peer-urls",
+            "http://127.0.0.1:2",
+        ]);
+        let members = c.initial_members().unwrap_or_default();
+        assert_eq!(members.len(), 3);
+        assert_eq!(
+            members.get(&c.member_id()).map(|m| m.name.as_str()),
+            Some("b")
+        );
+        assert!(Config::parse_from(["concord", "--initial-cluster", "nope"])
+            .initial_members()
+            .is_err());
+    }
+}

@@ -1,0 +1,111 @@
+//! Domain errors of Concord. No gRPC here: `rpc::status` maps each variant to etcd's gRPC code
+//! and exact message, which clients match on.
+
+/// Every error a client request can end in. Each has a stable numeric code so that a follower
+/// can carry the leader's answer across the peer protocol unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The requested revision was compacted away (`mvcc.ErrCompacted`).
+    #[error("mvcc: required revision has been compacted")]
+    Compacted,
+    /// The requested revision is above the current revision (`mvcc.ErrFutureRev`).
+    #[error("mvcc: required revision is a future revision")]
+    FutureRevision,
+    /// A request without a key.
+    #[error("key is not provided")]
+    EmptyKey,
+    /// `ignore_value`/`ignore_lease` on a key that does not exist.
+    #[error("key not found")]
+    KeyNotFound,
+    /// `ignore_value` together with a value.
+    #[error("value is provided")]
+    ValueProvided,
+    /// `ignore_lease` together with a lease.
+    #[error("lease is provided")]
+    LeaseProvided,
+    /// A txn with more compares or ops than `--max-txn-ops`.
+    #[error("too many operations in txn request")]
+    TooManyOps,
+    /// A txn that writes one key twice (or puts a key it also deletes).
+    #[error("duplicate key given in txn request")]
+    DuplicateKey,
+    /// A sort order or target outside the enum.
+    #[error("invalid sort option")]
+    InvalidSortOption,
+    /// The lease named in a request does not exist.
+    #[error("requested lease not found")]
+    LeaseNotFound,
+    /// The request is bigger than `--max-request-bytes`.
+    #[error("request is too large")]
+    RequestTooLarge,
+    /// This member knows no leader.
+    #[error("no leader")]
+    NoLeader,
+    /// The leader changed while the request was in flight.
+    #[error("leader changed")]
+    LeaderChanged,
+    /// The request did not complete in time.
+    #[error("request timed out")]
+    Timeout,
+    /// The member is shutting down.
+    #[error("server stopped")]
+    Stopped,
+    /// The storage failed; the member can no longer serve.
+    #[error("storage failure")]
+    Storage,
+}
+
+impl Error {
+    /// Every variant, for tests and for decoding codes.
+    pub const ALL: [Error; 16] = [
+        Error::Compacted,
+        Error::FutureRevision,
+        Error::EmptyKey,
+        Error::KeyNotFound,
+        Error::ValueProvided,
+        Error::LeaseProvided,
+        Error::TooManyOps,
+        Error::DuplicateKey,
+        Error::InvalidSortOption,
+        Error::LeaseNotFound,
+        Error::RequestTooLarge,
+        Error::NoLeader,
+        Error::LeaderChanged,
+        Error::Timeout,
+        Error::Stopped,
+        Error::Storage,
+    ];
+
+    /// The stable wire code of this error (never 0, which means "no error").
+    pub fn code(self) -> u32 {
+        Self::ALL
+            .iter()
+            .position(|e| *e == self)
+            .map_or(u32::MAX, |i| i as u32 + 1)
+    }
+
+    /// The error with the given wire code; unknown codes become [`Error::Storage`].
+    pub fn from_code(code: u32) -> Self {
+        (code as usize)
+            .checked_sub(1)
+            .and_then(|i| Self::ALL.get(i).copied())
+            .unwrap_or(Error::Storage)
+    }
+}
+
+/// Result with a domain [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_for_every_variant() {
+        for e in Error::ALL {
+            assert_ne!(e.code(), 0);
+            assert_eq!(Error::from_code(e.code()), e);
+        }
+    }
+}

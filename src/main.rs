@@ -1,0 +1,19 @@
+//! The `concord` server binary: etcd-compatible flags, logging, and the server loop.
+
+use concord::config::Config;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cfg = Config::from_args();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!(
+            "{},openraft=warn,lsm_tree=warn,fjall=warn",
+            cfg.log_level
+        ))
+    });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    concord::server::run(cfg).await
+}

@@ -1,0 +1,231 @@
+//! The in-memory key index: for every key, the revisions at which it changed, with the metadata
+//! a read needs (create revision, version, lease) so that only values come from disk.
+//!
+//! A key's history is a list of generations, written here as one flat list in which a tombstone
+//! ends a generation. For example `put(2); put(3); delete(4); put(5)` gives
+//!
+//! ```text
+//! rev 2.0  create 2  version 1
+//! rev 3.0  create 2  version 2
+//! rev 4.0  tombstone            <- ends the generation created at 2
+//! rev 5.0  create 5  version 1  <- a new generation
+//! ```
+//!
+//! Reading at revision `r` takes the last entry with `main <= r`; a tombstone means "absent".
+//! `compact(c)` keeps, per key, the last entry at or below `c` (dropping it too if it is a
+//! tombstone) and everything above `c`, so that every read at `r >= c` still gives the same answer.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use super::Revision;
+
+/// One change of one key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyRevision {
+    /// Where the change is stored.
+    pub rev: Revision,
+    /// The `create_revision` of the key's generation (0 for a tombstone).
+    pub create_revision: i64,
+    /// The key's version after this change (0 for a tombstone).
+    pub version: i64,
+    /// The lease the key is attached to (0 for none).
+    pub lease: i64,
+}
+
+impl KeyRevision {
+    /// A tombstone at `rev`.
+    pub fn tombstone(rev: Revision) -> Self {
+        KeyRevision {
+            rev,
+            create_revision: 0,
+            version: 0,
+            lease: 0,
+        }
+    }
+
+    /// Whether this change deleted the key.
+    pub fn is_tombstone(&self) -> bool {
+        self.version == 0
+    }
+}
+
+/// Which keys a request names, from etcd's `key`/`range_end` pair.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyRange {
+    /// `range_end` empty: just `key`.
+    Single(Vec<u8>),
+    /// `range_end == "\0"`: every key `>= key`.
+    From(Vec<u8>),
+    /// Every key in `[key, range_end)`.
+    Between(Vec<u8>, Vec<u8>),
+}
+
+impl KeyRange {
+    /// Interprets etcd's `key`/`range_end` conventions.
+    pub fn new(key: &[u8], range_end: &[u8]) -> Self {
+        match range_end {
+            [] => KeyRange::Single(key.to_vec()),
+            [0] => KeyRange::From(key.to_vec()),
+            end => KeyRange::Between(key.to_vec(), end.to_vec()),
+        }
+    }
+
+    /// Whether `key` is inside the range.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        match self {
+            KeyRange::Single(k) => k.as_slice() == key,
+            KeyRange::From(k) => key >= k.as_slice(),
+            KeyRange::Between(s, e) => key >= s.as_slice() && key < e.as_slice(),
+        }
+    }
+
+    fn bounds(&self) -> (Bound<&[u8]>, Bound<&[u8]>) {
+        match self {
+            KeyRange::Single(k) => (Bound::Included(k), Bound::Included(k)),
+            KeyRange::From(k) => (Bound::Included(k), Bound::Unbounded),
+            KeyRange::Between(s, e) => (Bound::Included(s), Bound::Excluded(e)),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        matches!(self, KeyRange::Between(s, e) if s >= e)
+    }
+}
+
+/// Key → history, ordered by key.
+#[derive(Default, Debug)]
+pub struct KeyIndex {
+    keys: BTreeMap<Vec<u8>, Vec<KeyRevision>>,
+}
+
+impl KeyIndex {
+    /// The state of `key` at main revision `at`, `None` if absent then.
+    pub fn get(&self, key: &[u8], at: i64) -> Option<&KeyRevision> {
+        visible(self.keys.get(key)?, at)
+    }
+
+    /// Every key of `range` present at `at`, in key order.
+    pub fn range<'a>(
+        &'a self,
+        range: &'a KeyRange,
+        at: i64,
+    ) -> impl Iterator<Item = (&'a [u8], &'a KeyRevision)> + 'a {
+        let empty = range.is_empty();
+        let iter = (!empty).then(|| {
+            self.keys
+                .range::<[u8], _>(range.bounds())
+                .filter_map(move |(k, h)| visible(h, at).map(|kr| (k.as_slice(), kr)))
+        });
+        iter.into_iter().flatten()
+    }
+
+    /// Records a change of `key`; revisions must arrive in increasing order.
+    pub fn push(&mut self, key: &[u8], change: KeyRevision) {
+        self.keys.entry(key.to_vec()).or_default().push(change);
+    }
+
+    /// Drops history that no read at `>= at` can see; returns the revisions whose records can
+    /// be deleted from disk.
+    pub fn compact(&mut self, at: i64) -> Vec<Revision> {
+        let mut removed = Vec::new();
+        self.keys.retain(|_, history| {
+            let Some(pos) = history.iter().rposition(|kr| kr.rev.main <= at) else {
+                return true;
+            };
+            let keep_from = match history.get(pos) {
+                Some(kr) if kr.is_tombstone() => pos + 1,
+                _ => pos,
+            };
+            removed.extend(history.drain(..keep_from).map(|kr| kr.rev));
+            !history.is_empty()
+        });
+        removed
+    }
+
+    /// Number of keys with any history (live or tombstoned).
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether no key has history.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+}
+
+fn visible(history: &[KeyRevision], at: i64) -> Option<&KeyRevision> {
+    let pos = history.partition_point(|kr| kr.rev.main <= at);
+    let kr = history.get(pos.checked_sub(1)?)?;
+    (!kr.is_tombstone()).then_some(kr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(main: i64, create: i64, version: i64) -> KeyRevision {
+        KeyRevision {
+            rev: Revision::new(main, 0),
+            create_revision: create,
+            version,
+            lease: 0,
+        }
+    }
+
+    fn sample() -> KeyIndex {
+        let mut idx = KeyIndex::default();
+        idx.push(b"a", put(2, 2, 1));
+        idx.push(b"a", put(3, 2, 2));
+        idx.push(b"a", KeyRevision::tombstone(Revision::new(4, 0)));
+        idx.push(b"a", put(5, 5, 1));
+        idx.push(b"b", put(3, 3, 1));
+        idx
+    }
+
+    #[test]
+    fn reads_follow_generations_and_tombstones() {
+        let idx = sample();
+        assert_eq!(idx.get(b"a", 1), None);
+        assert_eq!(idx.get(b"a", 2).map(|k| k.version), Some(1));
+        assert_eq!(idx.get(b"a", 3).map(|k| k.version), Some(2));
+        assert_eq!(idx.get(b"a", 4), None, "a tombstone hides the key");
+        assert_eq!(idx.get(b"a", 9).map(|k| k.create_revision), Some(5));
+    }
+
+    #[test]
+    fn ranges_follow_etcd_conventions() {
+        let idx = sample();
+        let keys = |r: KeyRange, at| {
+            idx.range(&r, at)
+                .map(|(k, _)| k.to_vec())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(keys(KeyRange::new(b"a", b""), 3), vec![b"a".to_vec()]);
+        assert_eq!(keys(KeyRange::new(b"a", b"\0"), 4), vec![b"b".to_vec()]);
+        assert_eq!(keys(KeyRange::new(b"a", b"c"), 3).len(), 2);
+        assert!(keys(KeyRange::new(b"c", b"a"), 3).is_empty());
+    }
+
+    #[test]
+    fn compaction_keeps_every_read_at_or_above_it() {
+        let mut idx = sample();
+        let before: Vec<_> = (3..=6).map(|r| idx.get(b"a", r).copied()).collect();
+        let removed = idx.compact(3);
+        assert_eq!(removed, vec![Revision::new(2, 0)]);
+        let after: Vec<_> = (3..=6).map(|r| idx.get(b"a", r).copied()).collect();
+        assert_eq!(before, after);
+        let removed = idx.compact(4);
+        assert_eq!(removed, vec![Revision::new(3, 0), Revision::new(4, 0)]);
+        assert_eq!(idx.get(b"a", 5).map(|k| k.version), Some(1));
+    }
+
+    #[test]
+    fn compaction_forgets_deleted_keys() {
+        let mut idx = KeyIndex::default();
+        idx.push(b"x", put(2, 2, 1));
+        idx.push(b"x", KeyRevision::tombstone(Revision::new(3, 0)));
+        assert_eq!(idx.compact(3).len(), 2);
+        assert!(idx.is_empty());
+    }
+}

@@ -1,0 +1,369 @@
+//! [`MvccStore`]: the key index and the revision counters over the `kv` keyspace, with read and
+//! write transactions.
+//!
+//! Lock order: the state lock is the only lock here; a [`WriteTxn`] holds it for writing from
+//! start to commit, so readers never see half of a request.
+
+use std::collections::HashMap;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use prost::Message;
+
+use super::{KeyIndex, KeyRange, KeyRevision, Revision};
+use crate::error::{Error, Result};
+use crate::pb::mvccpb::KeyValue;
+use crate::storage::{meta_key, Batch, Space, Storage, StorageError, StorageResult};
+
+const PUT_TAG: u8 = b'p';
+const TOMBSTONE_TAG: u8 = b't';
+
+/// What the index and counters say at one moment.
+#[derive(Debug)]
+struct State {
+    index: KeyIndex,
+    /// The current main revision (1 in an empty store, as in etcd).
+    current: i64,
+    /// The last compacted main revision (-1 before any compaction, as in etcd).
+    compacted: i64,
+}
+
+/// The revisioned key-value store of one member.
+pub struct MvccStore {
+    storage: Storage,
+    state: RwLock<State>,
+}
+
+impl MvccStore {
+    /// Loads the counters and rebuilds the key index from the `kv` keyspace.
+    ///
+    /// # Errors
+    /// On a read failure or a corrupt record.
+    pub fn open(storage: Storage) -> StorageResult<Self> {
+        let state = load_state(&storage)?;
+        Ok(MvccStore {
+            storage,
+            state: RwLock::new(state),
+        })
+    }
+
+    /// Reloads everything from disk, after a snapshot replaced the keyspaces.
+    ///
+    /// # Errors
+    /// On a read failure or a corrupt record.
+    pub fn reload(&self) -> StorageResult<()> {
+        let fresh = load_state(&self.storage)?;
+        *self.state.write().map_err(|_| poisoned())? = fresh;
+        Ok(())
+    }
+
+    /// Starts a read at the current state.
+    ///
+    /// # Errors
+    /// When the lock is poisoned (a writer panicked).
+    pub fn read(&self) -> Result<ReadTxn<'_>> {
+        Ok(ReadTxn {
+            storage: &self.storage,
+            state: self.state.read().map_err(|_| Error::Storage)?,
+        })
+    }
+
+    /// Starts a write; readers wait for it to commit or drop.
+    ///
+    /// # Errors
+    /// When the lock is poisoned.
+    pub fn write(&self) -> StorageResult<WriteTxn<'_>> {
+        Ok(WriteTxn {
+            storage: &self.storage,
+            state: self.state.write().map_err(|_| poisoned())?,
+            batch: self.storage.batch(),
+            pending: HashMap::new(),
+            sub: 0,
+            dirty: false,
+        })
+    }
+
+    /// The current main revision.
+    pub fn current_revision(&self) -> i64 {
+        self.state.read().map_or(0, |s| s.current)
+    }
+
+    /// The last compacted main revision.
+    pub fn compacted_revision(&self) -> i64 {
+        self.state.read().map_or(0, |s| s.compacted)
+    }
+}
+
+fn poisoned() -> StorageError {
+    StorageError("mvcc state lock poisoned".into())
+}
+
+fn load_state(storage: &Storage) -> StorageResult<State> {
+    let read_i64 = |key: &[u8], default: i64| -> StorageResult<i64> {
+        Ok(match storage.get(Space::Meta, key)? {
+            Some(v) => <[u8; 8]>::try_from(v.as_slice())
+                .map(i64::from_be_bytes)
+                .map_err(|_| StorageError(format!("corrupt meta value for {key:?}")))?,
+            None => default,
+        })
+    };
+    let mut index = KeyIndex::default();
+    for (k, v) in storage.scan(Space::Kv)? {
+        let rev = Revision::from_bytes(&k)
+            .ok_or_else(|| StorageError(format!("corrupt revision key {k:?}")))?;
+        let (tombstone, kv) = decode_record(&v)?;
+        let change = if tombstone {
+            KeyRevision::tombstone(rev)
+        } else {
+            KeyRevision {
+                rev,
+                create_revision: kv.create_revision,
+                version: kv.version,
+                lease: kv.lease,
+            }
+        };
+        index.push(&kv.key, change);
+    }
+    Ok(State {
+        index,
+        current: read_i64(meta_key::REVISION, 1)?,
+        compacted: read_i64(meta_key::COMPACTED, -1)?,
+    })
+}
+
+fn encode_record(tombstone: bool, kv: &KeyValue) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + kv.encoded_len());
+    out.push(if tombstone { TOMBSTONE_TAG } else { PUT_TAG });
+    kv.encode(&mut out).unwrap_or_default();
+    out
+}
+
+fn decode_record(bytes: &[u8]) -> StorageResult<(bool, KeyValue)> {
+    let (tag, body) = bytes
+        .split_first()
+        .ok_or_else(|| StorageError("empty mvcc record".into()))?;
+    let kv = KeyValue::decode(body).map_err(|e| StorageError(format!("corrupt record: {e}")))?;
+    Ok((*tag == TOMBSTONE_TAG, kv))
+}
+
+/// Operations a request runs against the store, shared by reads and writes so that request
+/// semantics (range options, txn) are written once.
+pub trait KvTxn {
+    /// The revision reads see: the current one, or the in-progress one inside a write that has
+    /// already changed something.
+    fn read_revision(&self) -> i64;
+    /// The last compacted revision.
+    fn compacted_revision(&self) -> i64;
+    /// Every live key of `range` at `at`, with its metadata.
+    fn index_range(&self, range: &KeyRange, at: i64) -> Vec<(Vec<u8>, KeyRevision)>;
+    /// The full key-value of one index entry.
+    ///
+    /// # Errors
+    /// On a read failure.
+    fn load(&self, key: &[u8], change: &KeyRevision) -> Result<KeyValue>;
+    /// Puts `key`, returning its previous value if it existed.
+    ///
+    /// # Errors
+    /// On a read failure, or when called on a read-only transaction.
+    fn put(&mut self, key: &[u8], value: &[u8], lease: i64) -> Result<Option<KeyValue>>;
+    /// Deletes every key of `range`, returning the deleted key-values.
+    ///
+    /// # Errors
+    /// On a read failure, or when called on a read-only transaction.
+    fn delete_range(&mut self, range: &KeyRange) -> Result<Vec<KeyValue>>;
+}
+
+fn key_value(key: &[u8], change: &KeyRevision, value: Vec<u8>) -> KeyValue {
+    KeyValue {
+        key: key.to_vec(),
+        create_revision: change.create_revision,
+        mod_revision: change.rev.main,
+        version: change.version,
+        value,
+        lease: change.lease,
+    }
+}
+
+fn load_from_disk(storage: &Storage, key: &[u8], change: &KeyRevision) -> Result<KeyValue> {
+    let bytes = storage
+        .get(Space::Kv, &change.rev.to_bytes())
+        .map_err(|_| Error::Storage)?
+        .ok_or(Error::Storage)?;
+    let (_, stored) = decode_record(&bytes).map_err(|_| Error::Storage)?;
+    Ok(key_value(key, change, stored.value))
+}
+
+/// A consistent read of the store; holds the state lock for reading.
+pub struct ReadTxn<'a> {
+    storage: &'a Storage,
+    state: RwLockReadGuard<'a, State>,
+}
+
+impl KvTxn for ReadTxn<'_> {
+    fn read_revision(&self) -> i64 {
+        self.state.current
+    }
+
+    fn compacted_revision(&self) -> i64 {
+        self.state.compacted
+    }
+
+    fn index_range(&self, range: &KeyRange, at: i64) -> Vec<(Vec<u8>, KeyRevision)> {
+        self.state
+            .index
+            .range(range, at)
+            .map(|(k, kr)| (k.to_vec(), *kr))
+            .collect()
+    }
+
+    fn load(&self, key: &[u8], change: &KeyRevision) -> Result<KeyValue> {
+        load_from_disk(self.storage, key, change)
+    }
+
+    fn put(&mut self, _: &[u8], _: &[u8], _: i64) -> Result<Option<KeyValue>> {
+        Err(Error::Storage)
+    }
+
+    fn delete_range(&mut self, _: &KeyRange) -> Result<Vec<KeyValue>> {
+        Err(Error::Storage)
+    }
+}
+
+/// A write of one or more requests into one atomic batch (the apply path's unit of work).
+///
+/// Call [`WriteTxn::end_request`] after each request: a request that changed anything takes the
+/// next main revision, and its changes get sub-revisions 0, 1, 2, ...
+pub struct WriteTxn<'a> {
+    storage: &'a Storage,
+    state: RwLockWriteGuard<'a, State>,
+    batch: Batch,
+    /// Records written in this batch, readable before commit.
+    pending: HashMap<Revision, Vec<u8>>,
+    /// Changes made by the current request.
+    sub: i64,
+    /// Whether anything was written since the batch began.
+    dirty: bool,
+}
+
+impl WriteTxn<'_> {
+    fn next_revision(&mut self) -> Revision {
+        let rev = Revision::new(self.state.current + 1, self.sub);
+        self.sub += 1;
+        rev
+    }
+
+    fn record(&mut self, key: &[u8], change: KeyRevision, value: &[u8]) {
+        let kv = key_value(key, &change, value.to_vec());
+        let bytes = encode_record(change.is_tombstone(), &kv);
+        self.batch.insert(Space::Kv, &change.rev.to_bytes(), &bytes);
+        self.pending.insert(change.rev, bytes);
+        self.state.index.push(key, change);
+        self.dirty = true;
+    }
+
+    /// Closes the current request; returns the revision it produced (the current revision if it
+    /// changed nothing).
+    pub fn end_request(&mut self) -> i64 {
+        if self.sub > 0 {
+            self.state.current += 1;
+            self.sub = 0;
+        }
+        self.state.current
+    }
+
+    /// Compacts history below `at`.
+    ///
+    /// # Errors
+    /// [`Error::Compacted`] if `at` is not above the last compaction, [`Error::FutureRevision`]
+    /// if it is above the current revision.
+    pub fn compact(&mut self, at: i64) -> Result<()> {
+        if at <= self.state.compacted {
+            return Err(Error::Compacted);
+        }
+        if at > self.state.current {
+            return Err(Error::FutureRevision);
+        }
+        for rev in self.state.index.compact(at) {
+            self.batch.remove(Space::Kv, &rev.to_bytes());
+            self.pending.remove(&rev);
+        }
+        self.state.compacted = at;
+        self.batch
+            .insert(Space::Meta, meta_key::COMPACTED, &at.to_be_bytes());
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Adds a metadata write (applied index, membership) to the batch.
+    pub fn set_meta(&mut self, key: &[u8], value: &[u8]) {
+        self.batch.insert(Space::Meta, key, value);
+    }
+
+    /// Commits the batch; readers see it from now on.
+    ///
+    /// # Errors
+    /// When the batch cannot be written: the member must stop, its memory is ahead of its disk.
+    pub fn commit(mut self) -> StorageResult<()> {
+        if self.dirty {
+            let current = self.state.current;
+            self.batch
+                .insert(Space::Meta, meta_key::REVISION, &current.to_be_bytes());
+        }
+        self.batch.commit()
+    }
+}
+
+impl KvTxn for WriteTxn<'_> {
+    fn read_revision(&self) -> i64 {
+        self.state.current + i64::from(self.sub > 0)
+    }
+
+    fn compacted_revision(&self) -> i64 {
+        self.state.compacted
+    }
+
+    fn index_range(&self, range: &KeyRange, at: i64) -> Vec<(Vec<u8>, KeyRevision)> {
+        self.state
+            .index
+            .range(range, at)
+            .map(|(k, kr)| (k.to_vec(), *kr))
+            .collect()
+    }
+
+    fn load(&self, key: &[u8], change: &KeyRevision) -> Result<KeyValue> {
+        match self.pending.get(&change.rev) {
+            Some(bytes) => {
+                let (_, kv) = decode_record(bytes).map_err(|_| Error::Storage)?;
+                Ok(key_value(key, change, kv.value))
+            }
+            None => load_from_disk(self.storage, key, change),
+        }
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8], lease: i64) -> Result<Option<KeyValue>> {
+        let at = self.read_revision();
+        let prev = match self.state.index.get(key, at).copied() {
+            Some(kr) => Some(self.load(key, &kr)?),
+            None => None,
+        };
+        let rev = self.next_revision();
+        let change = KeyRevision {
+            rev,
+            create_revision: prev.as_ref().map_or(rev.main, |p| p.create_revision),
+            version: prev.as_ref().map_or(1, |p| p.version + 1),
+            lease,
+        };
+        self.record(key, change, value);
+        Ok(prev)
+    }
+
+    fn delete_range(&mut self, range: &KeyRange) -> Result<Vec<KeyValue>> {
+        let at = self.read_revision();
+        let mut deleted = Vec::new();
+        for (key, kr) in self.index_range(range, at) {
+            deleted.push(self.load(&key, &kr)?);
+            let rev = self.next_revision();
+            self.record(&key, KeyRevision::tombstone(rev), b"");
+        }
+        Ok(deleted)
+    }
+}

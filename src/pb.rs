@@ -1,0 +1,28 @@
+//! Generated protobuf types and gRPC stubs: etcd's v3 API (wire-compatible with etcd 3.5) and
+//! Concord's own peer protocol.
+#![allow(missing_docs, clippy::all, clippy::pedantic)]
+
+/// `mvccpb`: KeyValue and Event.
+pub mod mvccpb {
+    tonic::include_proto!("mvccpb");
+}
+/// `authpb`: users, roles and permissions.
+pub mod authpb {
+    tonic::include_proto!("authpb");
+}
+/// `etcdserverpb`: the KV, Watch, Lease, Cluster, Maintenance and Auth services.
+pub mod etcdserverpb {
+    tonic::include_proto!("etcdserverpb");
+}
+/// `v3lockpb`: the Lock service.
+pub mod v3lockpb {
+    tonic::include_proto!("v3lockpb");
+}
+/// `v3electionpb`: the Election service.
+pub mod v3electionpb {
+    tonic::include_proto!("v3electionpb");
+}
+/// `concordpb`: the peer protocol and the Raft log-entry payload.
+pub mod concordpb {
+    tonic::include_proto!("concordpb");
+}

@@ -1,0 +1,211 @@
+//! Replication with openraft 0.9: the only module that imports openraft.
+//!
+//! [`RaftNode`] is what the RPC layer sees of a member: [`RaftNode::propose`] for writes (any
+//! member; followers forward to the leader), [`RaftNode::read_index`] for linearizable reads
+//! (batched), and the leader/term facts for response headers and `hasleader`.
+
+mod log_store;
+mod network;
+mod peer;
+mod propose;
+mod read;
+mod state_machine;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Cursor;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::BasicNode;
+
+pub use log_store::LogStore;
+pub use network::NetworkFactory;
+pub use peer::PeerService;
+pub use state_machine::StateMachine;
+
+use crate::apply::{Command, CommandResult};
+use crate::mvcc::MvccStore;
+use crate::storage::{Storage, StorageError};
+
+openraft::declare_raft_types!(
+    /// Concord's openraft type configuration.
+    pub TypeConfig:
+        D = Command,
+        R = CommandResult,
+        NodeId = u64,
+        Node = BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// The openraft handle.
+pub type Raft = openraft::Raft<TypeConfig>;
+
+/// Timing and limits of the Raft member, from etcd's flags.
+#[derive(Clone, Debug)]
+pub struct RaftOptions {
+    /// Heartbeat interval (`--heartbeat-interval`).
+    pub heartbeat: Duration,
+    /// Minimum election timeout (`--election-timeout`).
+    pub election: Duration,
+    /// How long a proposal or read may take before `request timed out`.
+    pub request_timeout: Duration,
+    /// Largest encoded request accepted (`--max-request-bytes`).
+    pub max_request_bytes: usize,
+    /// Entries between snapshots.
+    pub snapshot_every: u64,
+}
+
+/// One member's Raft state, shared by every RPC.
+pub struct RaftNode {
+    /// This member's id (etcd's member ID).
+    pub id: u64,
+    /// The cluster id, derived from the initial members.
+    pub cluster_id: u64,
+    raft: Raft,
+    mvcc: Arc<MvccStore>,
+    options: RaftOptions,
+    reads: read::ReadBatcher,
+    peers: Arc<network::PeerChannels>,
+    storage: Storage,
+}
+
+impl RaftNode {
+    /// Opens the log and state machine on `storage` and starts openraft.
+    ///
+    /// # Errors
+    /// When the stored state cannot be loaded or openraft refuses the configuration.
+    pub async fn start(
+        id: u64,
+        cluster_id: u64,
+        storage: Storage,
+        data_dir: &std::path::Path,
+        options: RaftOptions,
+    ) -> Result<Arc<Self>, StorageError> {
+        let mvcc = Arc::new(MvccStore::open(storage.clone())?);
+        let sm = StateMachine::open(storage.clone(), mvcc.clone(), data_dir)
+            .map_err(|e| StorageError(e.to_string()))?;
+        let log = LogStore::new(storage.clone());
+        let election_ms = options.election.as_millis() as u64;
+        let config = openraft::Config {
+            cluster_name: "concord".into(),
+            heartbeat_interval: options.heartbeat.as_millis().max(1) as u64,
+            election_timeout_min: election_ms,
+            election_timeout_max: election_ms * 2,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(options.snapshot_every),
+            max_in_snapshot_log_to_keep: 1000,
+            ..Default::default()
+        };
+        let config = Arc::new(config.validate().map_err(|e| StorageError(e.to_string()))?);
+        let raft = Raft::new(id, config, NetworkFactory, log, sm)
+            .await
+            .map_err(|e| StorageError(e.to_string()))?;
+        let peers = Arc::new(network::PeerChannels::default());
+        let reads =
+            read::ReadBatcher::start(raft.clone(), id, peers.clone(), options.request_timeout);
+        Ok(Arc::new(RaftNode {
+            id,
+            cluster_id,
+            raft,
+            mvcc,
+            options,
+            reads,
+            peers,
+            storage,
+        }))
+    }
+
+    /// Bootstraps a new cluster with `members` (id → peer URL) if this member has no state yet.
+    /// Every initial member may call it: the same membership is written by all.
+    ///
+    /// # Errors
+    /// When openraft fails fatally.
+    pub async fn bootstrap(&self, members: &BTreeMap<u64, String>) -> Result<(), StorageError> {
+        let initialized = self
+            .raft
+            .is_initialized()
+            .await
+            .map_err(|e| StorageError(e.to_string()))?;
+        if initialized {
+            return Ok(());
+        }
+        let nodes: BTreeMap<u64, BasicNode> = members
+            .iter()
+            .map(|(id, addr)| (*id, BasicNode::new(addr)))
+            .collect();
+        if let Err(e) = self.raft.initialize(nodes).await {
+            tracing::warn!(error = %e, "cluster bootstrap skipped");
+        }
+        Ok(())
+    }
+
+    /// The MVCC store of this member.
+    pub fn mvcc(&self) -> &MvccStore {
+        &self.mvcc
+    }
+
+    /// The current Raft term.
+    pub fn term(&self) -> u64 {
+        self.raft.metrics().borrow().current_term
+    }
+
+    /// The leader this member knows of, if any.
+    pub fn leader(&self) -> Option<u64> {
+        self.raft.metrics().borrow().current_leader
+    }
+
+    /// The last applied log index.
+    pub fn applied_index(&self) -> u64 {
+        self.raft
+            .metrics()
+            .borrow()
+            .last_applied
+            .map_or(0, |l| l.index)
+    }
+
+    /// The last log index.
+    pub fn last_log_index(&self) -> u64 {
+        self.raft.metrics().borrow().last_log_index.unwrap_or(0)
+    }
+
+    /// Every member: id → peer URL, and the set of voters.
+    pub fn members(&self) -> (BTreeMap<u64, String>, BTreeSet<u64>) {
+        let metrics = self.raft.metrics().borrow().clone();
+        let m = metrics.membership_config.membership();
+        let nodes = m.nodes().map(|(id, n)| (*id, n.addr.clone())).collect();
+        let voters = m.voter_ids().collect();
+        (nodes, voters)
+    }
+
+    /// Approximate bytes of the data dir on disk.
+    pub fn disk_space(&self) -> u64 {
+        self.storage.disk_space()
+    }
+
+    /// The peer service answering other members.
+    pub fn peer_service(self: &Arc<Self>) -> PeerService {
+        PeerService::new(self.clone())
+    }
+
+    /// Stops openraft.
+    pub async fn shutdown(&self) {
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft shutdown");
+        }
+    }
+
+    fn leader_addr(&self, leader: u64) -> Option<String> {
+        leader_addr(&self.raft, leader)
+    }
+}
+
+/// The peer URL of member `leader`, from the current membership.
+fn leader_addr(raft: &Raft, leader: u64) -> Option<String> {
+    raft.metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .get_node(&leader)
+        .map(|n| n.addr.clone())
+}

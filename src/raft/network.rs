@@ -1,0 +1,157 @@
+//! Member-to-member transport, client side: openraft RPCs over Concord's `RaftPeer` gRPC service,
+//! with bincode-encoded openraft messages as payload.
+
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tonic::transport::{Channel, Endpoint};
+
+use super::TypeConfig;
+use crate::pb::concordpb::raft_peer_client::RaftPeerClient;
+use crate::pb::concordpb::RaftPayload;
+
+/// Opens a lazily connected gRPC channel to a peer URL.
+///
+/// # Errors
+/// When the URL is not a valid endpoint.
+pub fn peer_channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
+    Ok(Endpoint::from_shared(addr.to_string())?
+        .connect_timeout(Duration::from_millis(500))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(5))
+        .keep_alive_timeout(Duration::from_secs(5))
+        .connect_lazy())
+}
+
+/// Builds one [`PeerClient`] per target member.
+#[derive(Clone, Default)]
+pub struct NetworkFactory;
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerClient {
+        PeerClient {
+            target,
+            client: peer_channel(&node.addr).ok().map(RaftPeerClient::new),
+            addr: node.addr.clone(),
+        }
+    }
+}
+
+/// The openraft client of one peer.
+pub struct PeerClient {
+    target: u64,
+    addr: String,
+    client: Option<RaftPeerClient<Channel>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct TransportError(String);
+
+impl PeerClient {
+    async fn call<Req, Resp, E>(
+        &mut self,
+        method: Method,
+        req: &Req,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<u64, BasicNode, RaftError<u64, E>>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let Some(client) = self.client.as_mut() else {
+            let e = TransportError(format!("bad peer address {}", self.addr));
+            return Err(RPCError::Unreachable(Unreachable::new(&e)));
+        };
+        let data = bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let mut request = tonic::Request::new(RaftPayload { data });
+        request.set_timeout(option.hard_ttl());
+        let reply = match method {
+            Method::Append => client.append_entries(request).await,
+            Method::Vote => client.vote(request).await,
+            Method::Snapshot => client.install_snapshot(request).await,
+        };
+        let reply = reply.map_err(|s| {
+            let e = TransportError(format!("{}: {}", s.code(), s.message()));
+            RPCError::Unreachable(Unreachable::new(&e))
+        })?;
+        let decoded: Result<Resp, RaftError<u64, E>> =
+            bincode::deserialize(&reply.into_inner().data)
+                .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        decoded.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Method {
+    Append,
+    Vote,
+    Snapshot,
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        self.call(Method::Append, &rpc, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<u64>,
+        RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>,
+    > {
+        self.call(Method::Snapshot, &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<u64>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        self.call(Method::Vote, &rpc, &option).await
+    }
+}
+
+/// Cached channels to peers, by URL, for forwarded writes and read-index requests.
+#[derive(Default)]
+pub struct PeerChannels {
+    channels: std::sync::Mutex<std::collections::HashMap<String, Channel>>,
+}
+
+impl PeerChannels {
+    /// A client for the peer at `addr`, reusing its channel.
+    ///
+    /// # Errors
+    /// When the URL is not a valid endpoint.
+    pub fn client(&self, addr: &str) -> Result<RaftPeerClient<Channel>, tonic::transport::Error> {
+        let mut map = match self.channels.lock() {
+            Ok(m) => m,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(c) = map.get(addr) {
+            return Ok(RaftPeerClient::new(c.clone()));
+        }
+        let channel = peer_channel(addr)?;
+        map.insert(addr.to_string(), channel.clone());
+        Ok(RaftPeerClient::new(channel))
+    }
+}

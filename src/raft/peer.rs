@@ -1,0 +1,96 @@
+//! Member-to-member transport, server side: the `RaftPeer` gRPC service. Hands openraft messages
+//! to openraft, proposes writes forwarded by followers, and answers read-index requests.
+
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tonic::{Request, Response, Status};
+
+use super::propose::Route;
+use super::read::leader_read_index;
+use super::RaftNode;
+use crate::apply::Command;
+use crate::error::Error;
+use crate::pb::concordpb::raft_peer_server::RaftPeer;
+use crate::pb::concordpb::{ForwardResponse, RaftPayload, ReadIndexRequest, ReadIndexResponse};
+
+/// The `RaftPeer` service of one member.
+pub struct PeerService {
+    node: Arc<RaftNode>,
+}
+
+impl PeerService {
+    /// Serves peers on behalf of `node`.
+    pub fn new(node: Arc<RaftNode>) -> Self {
+        PeerService { node }
+    }
+}
+
+fn decode<T: DeserializeOwned>(req: Request<RaftPayload>) -> Result<T, Status> {
+    bincode::deserialize(&req.into_inner().data)
+        .map_err(|e| Status::invalid_argument(format!("bad raft payload: {e}")))
+}
+
+fn encode<T: Serialize>(v: &T) -> Result<Response<RaftPayload>, Status> {
+    bincode::serialize(v)
+        .map(|data| Response::new(RaftPayload { data }))
+        .map_err(|e| Status::internal(e.to_string()))
+}
+
+#[tonic::async_trait]
+impl RaftPeer for PeerService {
+    async fn append_entries(
+        &self,
+        req: Request<RaftPayload>,
+    ) -> Result<Response<RaftPayload>, Status> {
+        let res = self.node.raft.append_entries(decode(req)?).await;
+        encode(&res)
+    }
+
+    async fn vote(&self, req: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+        let res = self.node.raft.vote(decode(req)?).await;
+        encode(&res)
+    }
+
+    async fn install_snapshot(
+        &self,
+        req: Request<RaftPayload>,
+    ) -> Result<Response<RaftPayload>, Status> {
+        let res = self.node.raft.install_snapshot(decode(req)?).await;
+        encode(&res)
+    }
+
+    async fn forward(&self, req: Request<Command>) -> Result<Response<ForwardResponse>, Status> {
+        // Proposed here or refused: a forwarded write is never forwarded again.
+        let reply = match self.node.propose_local(req.into_inner()).await {
+            Ok(Ok(result)) => ForwardResponse {
+                result: Some(result),
+                error: 0,
+            },
+            Ok(Err(Route::Forward(_) | Route::Local)) => ForwardResponse {
+                result: None,
+                error: Error::LeaderChanged.code(),
+            },
+            Err(e) => ForwardResponse {
+                result: None,
+                error: e.code(),
+            },
+        };
+        Ok(Response::new(reply))
+    }
+
+    async fn read_index(
+        &self,
+        _: Request<ReadIndexRequest>,
+    ) -> Result<Response<ReadIndexResponse>, Status> {
+        let reply = match leader_read_index(&self.node.raft).await {
+            Ok(index) => ReadIndexResponse { index, error: 0 },
+            Err(e) => ReadIndexResponse {
+                index: 0,
+                error: e.code(),
+            },
+        };
+        Ok(Response::new(reply))
+    }
+}

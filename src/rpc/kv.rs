@@ -1,0 +1,179 @@
+//! `etcdserverpb.KV`: Range, RangeStream, Put, DeleteRange, Txn, Compact.
+
+use std::pin::Pin;
+
+use futures::Stream;
+use tonic::{Request, Response, Status};
+
+use super::{fill_header, require_leader, status::status, validate, Context};
+use crate::apply::{txn, Command, Op, Outcome};
+use crate::error::Error;
+use crate::mvcc;
+use crate::pb::etcdserverpb::kv_server::Kv;
+use crate::pb::etcdserverpb::{
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, RangeStreamResponse, TxnRequest, TxnResponse,
+};
+
+/// Bytes of key-values per `RangeStream` chunk.
+const STREAM_CHUNK_BYTES: usize = 1 << 20;
+
+/// The KV service.
+pub struct KvService {
+    ctx: Context,
+}
+
+impl KvService {
+    /// A KV service over `ctx`.
+    pub fn new(ctx: Context) -> Self {
+        KvService { ctx }
+    }
+
+    async fn read_range(&self, r: &RangeRequest) -> Result<RangeResponse, Status> {
+        validate::range(r).map_err(status)?;
+        if !r.serializable {
+            self.ctx.node.read_index().await.map_err(status)?;
+        }
+        let read = self.ctx.node.mvcc().read().map_err(status)?;
+        let mut resp = mvcc::range(&read, r).map_err(status)?;
+        drop(read);
+        fill_header(&self.ctx.node, &mut resp.header);
+        Ok(resp)
+    }
+
+    async fn write(&self, op: Op) -> Result<Outcome, Status> {
+        self.ctx
+            .node
+            .propose(Command::new(op))
+            .await
+            .map_err(status)
+    }
+}
+
+fn unexpected() -> Status {
+    status(Error::Storage)
+}
+
+type RangeStreamOut = Pin<Box<dyn Stream<Item = Result<RangeStreamResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Kv for KvService {
+    #[tracing::instrument(skip_all)]
+    async fn range(&self, req: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
+        require_leader(&self.ctx.node, &req)?;
+        let resp = self.read_range(req.get_ref()).await?;
+        Ok(Response::new(resp))
+    }
+
+    /// Streams a range in chunks, all read at one revision; `header`, `more` and `count` ride on
+    /// the last chunk, so concatenating the chunks gives exactly the `Range` answer.
+    async fn range_stream(
+        &self,
+        req: Request<RangeRequest>,
+    ) -> Result<Response<RangeStreamOut>, Status> {
+        require_leader(&self.ctx.node, &req)?;
+        let mut full = self.read_range(req.get_ref()).await?;
+        let mut chunks = Vec::new();
+        let mut current = Vec::new();
+        let mut size = 0;
+        for kv in std::mem::take(&mut full.kvs) {
+            size += kv.key.len() + kv.value.len() + 32;
+            current.push(kv);
+            if size >= STREAM_CHUNK_BYTES {
+                chunks.push(std::mem::take(&mut current));
+                size = 0;
+            }
+        }
+        let mut responses: Vec<Result<RangeStreamResponse, Status>> = chunks
+            .into_iter()
+            .map(|kvs| {
+                Ok(RangeStreamResponse {
+                    range_response: Some(RangeResponse {
+                        kvs,
+                        ..Default::default()
+                    }),
+                })
+            })
+            .collect();
+        full.kvs = current;
+        responses.push(Ok(RangeStreamResponse {
+            range_response: Some(full),
+        }));
+        Ok(Response::new(Box::pin(futures::stream::iter(responses))))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn put(&self, req: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
+        require_leader(&self.ctx.node, &req)?;
+        let r = req.into_inner();
+        validate::put(&r).map_err(status)?;
+        let Outcome::Put(mut resp) = self.write(Op::Put(r)).await? else {
+            return Err(unexpected());
+        };
+        fill_header(&self.ctx.node, &mut resp.header);
+        Ok(Response::new(resp))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn delete_range(
+        &self,
+        req: Request<DeleteRangeRequest>,
+    ) -> Result<Response<DeleteRangeResponse>, Status> {
+        require_leader(&self.ctx.node, &req)?;
+        let r = req.into_inner();
+        validate::delete_range(&r).map_err(status)?;
+        let Outcome::DeleteRange(mut resp) = self.write(Op::DeleteRange(r)).await? else {
+            return Err(unexpected());
+        };
+        fill_header(&self.ctx.node, &mut resp.header);
+        Ok(Response::new(resp))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn txn(&self, req: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
+        require_leader(&self.ctx.node, &req)?;
+        let r = req.into_inner();
+        validate::txn(&r, self.ctx.max_txn_ops).map_err(status)?;
+        let mut resp = if txn::is_read_only(&r) {
+            // Read-only txns are served like ranges: after the read index, from the local store.
+            if !is_serializable(&r) {
+                self.ctx.node.read_index().await.map_err(status)?;
+            }
+            let mut read = self.ctx.node.mvcc().read().map_err(status)?;
+            txn::execute(&mut read, &r).map_err(status)?
+        } else {
+            let Outcome::Txn(resp) = self.write(Op::Txn(r)).await? else {
+                return Err(unexpected());
+            };
+            resp
+        };
+        fill_header(&self.ctx.node, &mut resp.header);
+        Ok(Response::new(resp))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn compact(
+        &self,
+        req: Request<CompactionRequest>,
+    ) -> Result<Response<CompactionResponse>, Status> {
+        require_leader(&self.ctx.node, &req)?;
+        let Outcome::Compaction(mut resp) = self.write(Op::Compaction(req.into_inner())).await?
+        else {
+            return Err(unexpected());
+        };
+        fill_header(&self.ctx.node, &mut resp.header);
+        Ok(Response::new(resp))
+    }
+}
+
+/// As etcd's `isTxnSerializable`: every range of both branches is serializable.
+fn is_serializable(r: &TxnRequest) -> bool {
+    use crate::pb::etcdserverpb::request_op::Request as R;
+    r.success
+        .iter()
+        .chain(&r.failure)
+        .all(|op| match &op.request {
+            Some(R::RequestRange(q)) => q.serializable,
+            _ => false,
+        })
+}

@@ -1,0 +1,43 @@
+//! `etcdserverpb.Maintenance`: Status. The other methods answer `Unimplemented` until their
+//! issues land (alarms, defragment, hash, snapshot, move-leader, downgrade).
+
+use tonic::{Request, Response, Status};
+
+use super::{current_header, Context};
+use crate::pb::etcdserverpb::maintenance_server::Maintenance;
+use crate::pb::etcdserverpb::{StatusRequest, StatusResponse};
+
+/// The etcd version Concord speaks, reported by `Status` for clients that gate features on it.
+pub const ETCD_API_VERSION: &str = "3.5.1";
+
+/// The Maintenance service.
+pub struct MaintenanceService {
+    ctx: Context,
+}
+
+impl MaintenanceService {
+    /// A Maintenance service over `ctx`.
+    pub fn new(ctx: Context) -> Self {
+        MaintenanceService { ctx }
+    }
+}
+
+#[tonic::async_trait]
+impl Maintenance for MaintenanceService {
+    async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+        let node = &self.ctx.node;
+        let size = i64::try_from(node.disk_space()).unwrap_or(i64::MAX);
+        Ok(Response::new(StatusResponse {
+            header: current_header(node),
+            version: ETCD_API_VERSION.into(),
+            db_size: size,
+            leader: node.leader().unwrap_or(0),
+            raft_index: node.last_log_index(),
+            raft_term: node.term(),
+            raft_applied_index: node.applied_index(),
+            errors: Vec::new(),
+            db_size_in_use: size,
+            is_learner: false,
+        }))
+    }
+}

@@ -1,0 +1,72 @@
+//! THE catalogue: every domain error as etcd 3.5 puts it on the wire (gRPC code and exact
+//! `etcdserver: ...` text; clients match on both).
+
+use tonic::{Code, Status};
+
+use crate::error::Error;
+
+/// etcd's gRPC code and message for a domain error.
+pub fn code_and_message(e: Error) -> (Code, &'static str) {
+    match e {
+        Error::Compacted => (
+            Code::OutOfRange,
+            "etcdserver: mvcc: required revision has been compacted",
+        ),
+        Error::FutureRevision => (
+            Code::OutOfRange,
+            "etcdserver: mvcc: required revision is a future revision",
+        ),
+        Error::EmptyKey => (Code::InvalidArgument, "etcdserver: key is not provided"),
+        Error::KeyNotFound => (Code::InvalidArgument, "etcdserver: key not found"),
+        Error::ValueProvided => (Code::InvalidArgument, "etcdserver: value is provided"),
+        Error::LeaseProvided => (Code::InvalidArgument, "etcdserver: lease is provided"),
+        Error::TooManyOps => (
+            Code::InvalidArgument,
+            "etcdserver: too many operations in txn request",
+        ),
+        Error::DuplicateKey => (
+            Code::InvalidArgument,
+            "etcdserver: duplicate key given in txn request",
+        ),
+        Error::InvalidSortOption => (Code::InvalidArgument, "etcdserver: invalid sort option"),
+        Error::LeaseNotFound => (Code::NotFound, "etcdserver: requested lease not found"),
+        Error::RequestTooLarge => (Code::InvalidArgument, "etcdserver: request is too large"),
+        Error::NoLeader => (Code::Unavailable, "etcdserver: no leader"),
+        Error::LeaderChanged => (Code::Unavailable, "etcdserver: leader changed"),
+        Error::Timeout => (Code::Unavailable, "etcdserver: request timed out"),
+        Error::Stopped => (Code::Unavailable, "etcdserver: server stopped"),
+        Error::Storage => (Code::Unknown, "etcdserver: storage failure"),
+    }
+}
+
+/// The gRPC status for a domain error.
+pub fn status(e: Error) -> Status {
+    let (code, msg) = code_and_message(e);
+    Status::new(code, msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_has_an_etcdserver_message() {
+        for e in Error::ALL {
+            let (code, msg) = code_and_message(e);
+            assert!(msg.starts_with("etcdserver: "), "{e:?}");
+            assert_ne!(code, Code::Ok);
+            assert!(msg.ends_with(&e.to_string()), "{e:?}: {msg}");
+        }
+    }
+
+    #[test]
+    fn well_known_codes_match_etcd() {
+        assert_eq!(code_and_message(Error::Compacted).0, Code::OutOfRange);
+        assert_eq!(code_and_message(Error::LeaseNotFound).0, Code::NotFound);
+        assert_eq!(code_and_message(Error::NoLeader).0, Code::Unavailable);
+        assert_eq!(
+            code_and_message(Error::DuplicateKey).0,
+            Code::InvalidArgument
+        );
+    }
+}

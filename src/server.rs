@@ -1,0 +1,219 @@
+//! Starts a member: opens storage, starts Raft, serves peers and clients, and shuts down
+//! gracefully on SIGTERM/SIGINT.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context as _};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::Server;
+
+use crate::config::{self, ClusterState, Config};
+use crate::pb::concordpb::raft_peer_server::RaftPeerServer;
+use crate::pb::etcdserverpb::cluster_server::ClusterServer;
+use crate::pb::etcdserverpb::kv_server::KvServer;
+use crate::pb::etcdserverpb::maintenance_server::MaintenanceServer;
+use crate::raft::{RaftNode, RaftOptions};
+use crate::rpc::{
+    cluster::ClusterService, kv::KvService, maintenance::MaintenanceService, Context,
+};
+use crate::storage::Storage;
+
+/// gRPC's own framing overhead that etcd allows above `--max-request-bytes`.
+const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+
+/// A running member; dropping it does not stop it, [`Member::shutdown`] does.
+pub struct Member {
+    /// The Raft node.
+    pub node: Arc<RaftNode>,
+    /// The addresses the client servers are bound to.
+    pub client_addrs: Vec<SocketAddr>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    storage: Storage,
+}
+
+impl Member {
+    /// Stops serving, stops Raft and syncs storage.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        self.node.shutdown().await;
+        if let Err(e) = self.storage.persist() {
+            tracing::error!(error = %e, "final sync failed");
+        }
+    }
+}
+
+/// Resolves `http://host:port` to the socket addresses to bind.
+async fn bind_all(urls: &str) -> anyhow::Result<Vec<TcpListener>> {
+    let mut out = Vec::new();
+    for url in config::split_urls(urls) {
+        let hostport = url
+            .split_once("://")
+            .map_or(url.as_str(), |(_, rest)| rest)
+            .trim_end_matches('/');
+        let addr = tokio::net::lookup_host(hostport)
+            .await
+            .with_context(|| format!("cannot resolve {url}"))?
+            .next()
+            .ok_or_else(|| anyhow!("no address for {url}"))?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {url}"))?;
+        out.push(listener);
+    }
+    Ok(out)
+}
+
+fn stopped(mut rx: watch::Receiver<bool>) -> impl std::future::Future<Output = ()> {
+    async move {
+        while !*rx.borrow() {
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Starts a member from `cfg` and returns once it is serving.
+///
+/// # Errors
+/// When the data dir cannot be opened, the configuration is inconsistent, or a URL cannot be
+/// bound.
+pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
+    let data_dir = cfg.data_dir();
+    let members = cfg.initial_members().map_err(|e| anyhow!(e))?;
+    let id = cfg.member_id();
+    if !members.contains_key(&id) {
+        return Err(anyhow!(
+            "couldn't find local name {:?} in the initial cluster configuration",
+            cfg.name
+        ));
+    }
+    let cluster_id = config::cluster_id(members.keys());
+    let storage = Storage::open(&data_dir).context("opening the data dir")?;
+    let options = RaftOptions {
+        heartbeat: std::time::Duration::from_millis(cfg.heartbeat_interval),
+        election: std::time::Duration::from_millis(cfg.election_timeout),
+        request_timeout: cfg.request_timeout(),
+        max_request_bytes: cfg.max_request_bytes,
+        snapshot_every: cfg.snapshot_count,
+    };
+    let node = RaftNode::start(id, cluster_id, storage.clone(), &data_dir, options).await?;
+    let (stop, stop_rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+
+    for listener in bind_all(&cfg.listen_peer_urls).await? {
+        let svc = RaftPeerServer::new(node.peer_service())
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX);
+        let shutdown = stopped(stop_rx.clone());
+        tasks.push(tokio::spawn(async move {
+            let incoming = TcpListenerStream::new(listener);
+            if let Err(e) = Server::builder()
+                .tcp_nodelay(true)
+                .add_service(svc)
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+            {
+                tracing::error!(error = %e, "peer server failed");
+            }
+        }));
+    }
+
+    if cfg.initial_cluster_state == ClusterState::New {
+        let initial = members
+            .iter()
+            .filter_map(|(id, m)| m.peer_urls.first().map(|u| (*id, u.clone())))
+            .collect();
+        node.bootstrap(&initial).await?;
+    }
+
+    let ctx = Context {
+        node: node.clone(),
+        max_txn_ops: cfg.max_txn_ops,
+        name: cfg.name.clone(),
+        client_urls: config::split_urls(&cfg.advertise_client_urls),
+        member_names: members
+            .iter()
+            .map(|(id, m)| (*id, m.name.clone()))
+            .collect(),
+    };
+    let max_recv = cfg.max_request_bytes.saturating_add(GRPC_OVERHEAD_BYTES);
+    let mut client_addrs = Vec::new();
+    for listener in bind_all(&cfg.listen_client_urls).await? {
+        client_addrs.push(listener.local_addr()?);
+        let (health, health_svc) = tonic_health::server::health_reporter();
+        health
+            .set_service_status("", tonic_health::ServingStatus::Serving)
+            .await;
+        let kv = KvServer::new(KvService::new(ctx.clone()))
+            .max_decoding_message_size(max_recv)
+            .max_encoding_message_size(usize::MAX);
+        let maintenance = MaintenanceServer::new(MaintenanceService::new(ctx.clone()));
+        let cluster = ClusterServer::new(ClusterService::new(ctx.clone()));
+        let shutdown = stopped(stop_rx.clone());
+        tasks.push(tokio::spawn(async move {
+            let incoming = TcpListenerStream::new(listener);
+            if let Err(e) = Server::builder()
+                .tcp_nodelay(true)
+                .add_service(health_svc)
+                .add_service(kv)
+                .add_service(maintenance)
+                .add_service(cluster)
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+            {
+                tracing::error!(error = %e, "client server failed");
+            }
+        }));
+    }
+    tracing::info!(
+        name = %cfg.name,
+        member_id = format!("{id:x}"),
+        cluster_id = format!("{cluster_id:x}"),
+        data_dir = %data_dir.display(),
+        clients = %cfg.listen_client_urls,
+        peers = %cfg.listen_peer_urls,
+        "serving"
+    );
+    Ok(Member {
+        node,
+        client_addrs,
+        stop,
+        tasks,
+        storage,
+    })
+}
+
+/// Runs a member until SIGTERM or SIGINT, then shuts it down gracefully.
+///
+/// # Errors
+/// Those of [`start`].
+pub async fn run(cfg: Config) -> anyhow::Result<()> {
+    let member = start(&cfg).await?;
+    wait_for_signal().await;
+    tracing::info!("shutting down");
+    member.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

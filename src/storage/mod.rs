@@ -1,0 +1,298 @@
+//! Durable storage on fjall: the only module that imports fjall.
+//!
+//! One fjall database holds every keyspace, so they share one journal: a synced write makes every
+//! earlier write of any keyspace durable too. The schema:
+//!
+//! | keyspace    | key                          | value                                   | since |
+//! |-------------|------------------------------|-----------------------------------------|-------|
+//! | `raft_log`  | log index, u64 big-endian    | bincode openraft `Entry`                | v1    |
+//! | `raft_meta` | `vote`, `committed`, `purged`| bincode openraft types                  | v1    |
+//! | `kv`        | [`Revision`] bytes (16)      | record: `p`/`t` + protobuf `KeyValue`   | v1    |
+//! | `meta`      | see [`meta_key`]             | state-machine metadata                  | v1    |
+//!
+//! [`Revision`]: crate::mvcc::Revision
+
+use std::path::Path;
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+
+/// The on-disk format this binary writes. Written at creation; a data dir with a newer format is
+/// refused, an older one would be upgraded here.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Keys of the `meta` keyspace.
+pub mod meta_key {
+    /// u32 BE: [`super::FORMAT_VERSION`] at creation (since v1).
+    pub const FORMAT_VERSION: &[u8] = b"format_version";
+    /// bincode `Option<LogId>`: last applied Raft log id (since v1).
+    pub const APPLIED: &[u8] = b"applied";
+    /// bincode `StoredMembership`: last applied membership (since v1).
+    pub const MEMBERSHIP: &[u8] = b"membership";
+    /// i64 BE: current main revision (since v1).
+    pub const REVISION: &[u8] = b"revision";
+    /// i64 BE: last compacted main revision (since v1).
+    pub const COMPACTED: &[u8] = b"compacted";
+}
+
+/// A storage failure. Fatal for the member: it stops serving rather than risk divergence.
+#[derive(Debug, thiserror::Error)]
+#[error("storage: {0}")]
+pub struct StorageError(pub String);
+
+impl From<fjall::Error> for StorageError {
+    fn from(e: fjall::Error) -> Self {
+        StorageError(e.to_string())
+    }
+}
+
+/// Result of a storage operation.
+pub type StorageResult<T> = Result<T, StorageError>;
+
+/// The keyspaces of one member's data dir.
+#[derive(Clone)]
+pub struct Storage {
+    db: Database,
+    raft_log: Keyspace,
+    raft_meta: Keyspace,
+    kv: Keyspace,
+    meta: Keyspace,
+}
+
+/// The keyspaces a [`Batch`] can write.
+#[derive(Clone, Copy, Debug)]
+pub enum Space {
+    /// MVCC records by revision.
+    Kv,
+    /// State-machine metadata.
+    Meta,
+}
+
+/// An atomic write across the state-machine keyspaces.
+pub struct Batch {
+    inner: fjall::OwnedWriteBatch,
+    storage: Storage,
+}
+
+impl Batch {
+    /// Sets `key` to `value` in `space`.
+    pub fn insert(&mut self, space: Space, key: &[u8], value: &[u8]) {
+        let ks = self.storage.space(space);
+        self.inner.insert(ks, key, value);
+    }
+
+    /// Removes `key` from `space`.
+    pub fn remove(&mut self, space: Space, key: &[u8]) {
+        let ks = self.storage.space(space);
+        self.inner.remove(ks, key);
+    }
+
+    /// Commits the batch atomically. Not synced: the Raft log, synced on every append, is the
+    /// durability point, and [`Storage::persist`] runs before the log is ever purged.
+    pub fn commit(self) -> StorageResult<()> {
+        self.inner.commit()?;
+        Ok(())
+    }
+}
+
+impl Storage {
+    /// Opens (or creates) the data dir, checking its format version.
+    ///
+    /// # Errors
+    /// When fjall cannot open the directory or the format is newer than this binary.
+    pub fn open(dir: &Path) -> StorageResult<Self> {
+        std::fs::create_dir_all(dir).map_err(|e| StorageError(e.to_string()))?;
+        let db = Database::builder(dir.join("db")).open()?;
+        let storage = Storage {
+            raft_log: db.keyspace("raft_log", KeyspaceCreateOptions::default)?,
+            raft_meta: db.keyspace("raft_meta", KeyspaceCreateOptions::default)?,
+            kv: db.keyspace("kv", KeyspaceCreateOptions::default)?,
+            meta: db.keyspace("meta", KeyspaceCreateOptions::default)?,
+            db,
+        };
+        match storage.meta.get(meta_key::FORMAT_VERSION)? {
+            None => {
+                storage
+                    .meta
+                    .insert(meta_key::FORMAT_VERSION, FORMAT_VERSION.to_be_bytes())?;
+                storage.persist()?;
+            }
+            Some(v) => {
+                let found = <[u8; 4]>::try_from(&v[..]).ok().map(u32::from_be_bytes);
+                if found != Some(FORMAT_VERSION) {
+                    return Err(StorageError(format!(
+                        "data dir format {found:?} is not supported (this binary writes {FORMAT_VERSION})"
+                    )));
+                }
+            }
+        }
+        Ok(storage)
+    }
+
+    fn space(&self, space: Space) -> &Keyspace {
+        match space {
+            Space::Kv => &self.kv,
+            Space::Meta => &self.meta,
+        }
+    }
+
+    /// Syncs everything written so far to disk.
+    ///
+    /// # Errors
+    /// When the fsync fails.
+    pub fn persist(&self) -> StorageResult<()> {
+        self.db.persist(PersistMode::SyncAll)?;
+        Ok(())
+    }
+
+    /// Starts an atomic state-machine batch.
+    pub fn batch(&self) -> Batch {
+        Batch {
+            inner: self.db.batch(),
+            storage: self.clone(),
+        }
+    }
+
+    /// Reads one value of a state-machine keyspace.
+    ///
+    /// # Errors
+    /// On a read failure.
+    pub fn get(&self, space: Space, key: &[u8]) -> StorageResult<Option<Vec<u8>>> {
+        Ok(self.space(space).get(key)?.map(|v| v.to_vec()))
+    }
+
+    /// Every entry of a state-machine keyspace, in key order.
+    ///
+    /// # Errors
+    /// On a read failure.
+    pub fn scan(&self, space: Space) -> StorageResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for guard in self.space(space).iter() {
+            let (k, v) = guard.into_inner()?;
+            out.push((k.to_vec(), v.to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Removes every entry of a state-machine keyspace (before installing a snapshot).
+    ///
+    /// # Errors
+    /// On a write failure.
+    pub fn clear(&self, space: Space) -> StorageResult<()> {
+        self.space(space).clear()?;
+        Ok(())
+    }
+
+    /// Appends Raft log entries `(index, bytes)`: readable at once, durable after the next
+    /// [`Storage::persist`] (the caller syncs, so that many appends share one fsync).
+    ///
+    /// # Errors
+    /// On a write failure.
+    pub fn append_log(&self, entries: &[(u64, Vec<u8>)]) -> StorageResult<()> {
+        let mut batch = self.db.batch();
+        for (index, bytes) in entries {
+            batch.insert(&self.raft_log, index.to_be_bytes(), bytes.as_slice());
+        }
+        batch.commit()?;
+        Ok(())
+    }
+
+    /// Log entries with `from <= index < to`, in order.
+    ///
+    /// # Errors
+    /// On a read failure.
+    pub fn log_range(&self, from: u64, to: u64) -> StorageResult<Vec<(u64, Vec<u8>)>> {
+        let mut out = Vec::new();
+        if from >= to {
+            return Ok(out);
+        }
+        for guard in self.raft_log.range(from.to_be_bytes()..to.to_be_bytes()) {
+            let (k, v) = guard.into_inner()?;
+            out.push((decode_index(&k)?, v.to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// The last log entry, if any.
+    ///
+    /// # Errors
+    /// On a read failure.
+    pub fn last_log(&self) -> StorageResult<Option<(u64, Vec<u8>)>> {
+        match self.raft_log.last_key_value() {
+            None => Ok(None),
+            Some(guard) => {
+                let (k, v) = guard.into_inner()?;
+                Ok(Some((decode_index(&k)?, v.to_vec())))
+            }
+        }
+    }
+
+    /// Removes the log entries whose index is in `range`; synced before returning.
+    ///
+    /// # Errors
+    /// On a write or fsync failure.
+    pub fn remove_log(&self, range: std::ops::RangeInclusive<u64>) -> StorageResult<()> {
+        let mut batch = self.db.batch();
+        for guard in self
+            .raft_log
+            .range(range.start().to_be_bytes()..=range.end().to_be_bytes())
+        {
+            let k = guard.key()?;
+            batch.remove(&self.raft_log, k);
+        }
+        batch.commit()?;
+        self.persist()
+    }
+
+    /// Writes a Raft metadata value (vote, committed, purged) and syncs it.
+    ///
+    /// # Errors
+    /// On a write or fsync failure.
+    pub fn put_raft_meta(&self, key: &str, value: &[u8]) -> StorageResult<()> {
+        self.raft_meta.insert(key, value)?;
+        self.persist()
+    }
+
+    /// Reads a Raft metadata value.
+    ///
+    /// # Errors
+    /// On a read failure.
+    pub fn get_raft_meta(&self, key: &str) -> StorageResult<Option<Vec<u8>>> {
+        Ok(self.raft_meta.get(key)?.map(|v| v.to_vec()))
+    }
+
+    /// Approximate bytes on disk, for `Status.dbSize`.
+    pub fn disk_space(&self) -> u64 {
+        self.db.disk_space().unwrap_or(0)
+    }
+}
+
+fn decode_index(k: &[u8]) -> StorageResult<u64> {
+    <[u8; 8]>::try_from(k)
+        .map(u64::from_be_bytes)
+        .map_err(|_| StorageError(format!("corrupt raft log key {k:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_version_is_written_and_checked() -> StorageResult<()> {
+        let dir = tempfile::tempdir().map_err(|e| StorageError(e.to_string()))?;
+        {
+            let s = Storage::open(dir.path())?;
+            s.append_log(&[(1, b"a".to_vec()), (2, b"b".to_vec()), (3, b"c".to_vec())])?;
+            s.remove_log(3..=u64::MAX)?;
+        }
+        let s = Storage::open(dir.path())?;
+        assert_eq!(
+            s.get(Space::Meta, meta_key::FORMAT_VERSION)?,
+            Some(FORMAT_VERSION.to_be_bytes().to_vec())
+        );
+        assert_eq!(s.last_log()?.map(|(i, _)| i), Some(2));
+        assert_eq!(s.log_range(1, 3)?.len(), 2);
+        s.remove_log(0..=1)?;
+        assert_eq!(s.log_range(0, 10)?.len(), 1);
+        Ok(())
+    }
+}
