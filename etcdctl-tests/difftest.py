@@ -668,17 +668,45 @@ def _on_signal(signum, _frame):
     raise SystemExit(128 + signum)
 
 
-def free_ports(n: int) -> list[int]:
-    socks = []
+_USED_PORTS: set[int] = set()
+
+
+def _port_window() -> tuple[int, int]:
+    """Ports below the kernel's ephemeral range, so that outgoing client
+    connections (etcdctl, peers) cannot grab them between probe and bind."""
     try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        lo = 32768
+    if lo > 12000:
+        return 10000, lo - 1
+    return 50000, 65000
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct, currently bindable ports, never handed out twice by this process."""
+    import random
+    lo, hi = _port_window()
+    ports: list[int] = []
+    for _ in range(100 * n):
+        if len(ports) == n:
+            break
+        p = random.randint(lo, hi)
+        if p in _USED_PORTS:
+            continue
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        finally:
             s.close()
+        _USED_PORTS.add(p)
+        ports.append(p)
+    if len(ports) < n:
+        raise RuntimeError("cannot find free ports")
+    return ports
 
 
 class Cluster:
@@ -1004,21 +1032,35 @@ def run_with_ctl(ctl: Ctl, args, scenarios: list[Scenario]) -> tuple[int, int]:
     tag = f"(etcdctl {ctl.version})"
     workdir = tempfile.mkdtemp(prefix="difftest-")
     _TMPDIRS.append(workdir)
-    ref = Cluster("ref", os.path.join(args.etcd_dir, "etcd"), 1, workdir)
-    test = Cluster("test", args.server, args.cluster, workdir)
     passed = failed = 0
     t0 = time.time()
+    ref = test = None
     try:
-        ref.start()
-        test.start()
-        deadline = time.time() + READY_TIMEOUT
-        for cl in (ref, test):
-            err = wait_ready(ctl, cl, deadline)
-            if err:
-                print(f"FAIL startup {tag}\n  {err}\n{cl.log_tail()}")
-                for sc in scenarios:
-                    print(f"FAIL {sc.name} {tag}\n  not run: {cl.label} did not start")
-                return 0, len(scenarios)
+        for attempt in range(1, 4):
+            sub = os.path.join(workdir, f"try{attempt}")
+            os.makedirs(sub)
+            ref = Cluster("ref", os.path.join(args.etcd_dir, "etcd"), 1, sub)
+            test = Cluster("test", args.server, args.cluster, sub)
+            ref.start()
+            test.start()
+            deadline = time.time() + READY_TIMEOUT
+            err = failed_cl = None
+            for cl in (ref, test):
+                err = wait_ready(ctl, cl, deadline)
+                if err:
+                    failed_cl = cl
+                    break
+            if not err:
+                break
+            ref.stop()
+            test.stop()
+            if attempt < 3 and "address already in use" in failed_cl.log_tail(200).lower():
+                print(f"# port clash while starting {failed_cl.label}, retrying", file=sys.stderr)
+                continue
+            print(f"FAIL startup {tag}\n  {err}\n{failed_cl.log_tail()}")
+            for sc in scenarios:
+                print(f"FAIL {sc.name} {tag}\n  not run: {failed_cl.label} did not start")
+            return 0, len(scenarios)
         runner = Runner(ctl, ref, test, not args.ignore_grpc_codes, args.verbose)
         revs = runner.revisions()
         if revs[0] != revs[1]:
@@ -1043,8 +1085,9 @@ def run_with_ctl(ctl: Ctl, args, scenarios: list[Scenario]) -> tuple[int, int]:
                 print(f"FAIL {sc.name} {tag}\n{msg}")
             sys.stdout.flush()
     finally:
-        ref.stop()
-        test.stop()
+        for cl in (ref, test):
+            if cl is not None:
+                cl.stop()
         if not _KEEP:
             shutil.rmtree(workdir, ignore_errors=True)
     print(f"# etcdctl {ctl.version} ({ctl.path}): {passed} passed, {failed} failed "

@@ -70,12 +70,10 @@ async fn bind_all(urls: &str) -> anyhow::Result<Vec<TcpListener>> {
     Ok(out)
 }
 
-fn stopped(mut rx: watch::Receiver<bool>) -> impl std::future::Future<Output = ()> {
-    async move {
-        while !*rx.borrow() {
-            if rx.changed().await.is_err() {
-                return;
-            }
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    while !*rx.borrow() {
+        if rx.changed().await.is_err() {
+            return;
         }
     }
 }

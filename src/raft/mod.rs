@@ -4,6 +4,9 @@
 //! member; followers forward to the leader), [`RaftNode::read_index`] for linearizable reads
 //! (batched), and the leader/term facts for response headers and `hasleader`.
 
+// openraft's storage traits fix `StorageError` (224 bytes) as the error type.
+#![allow(clippy::result_large_err)]
+
 mod log_store;
 mod network;
 mod peer;
