@@ -160,6 +160,9 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
             let incoming = TcpListenerStream::new(listener);
             if let Err(e) = Server::builder()
                 .tcp_nodelay(true)
+                .layer(tower::util::MapResponseLayer::new(
+                    crate::rpc::limits::grpc_go_size_errors,
+                ))
                 .add_service(health_svc)
                 .add_service(kv)
                 .add_service(maintenance)

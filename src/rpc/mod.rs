@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod kv;
+pub mod limits;
 pub mod maintenance;
 pub mod status;
 pub mod validate;

@@ -1,0 +1,175 @@
+//! Real `concord` processes on loopback: start, kill -9, restart, and gRPC clients to them.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use concord::pb::etcdserverpb::kv_client::KvClient;
+use concord::pb::etcdserverpb::maintenance_client::MaintenanceClient;
+use concord::pb::etcdserverpb::StatusRequest;
+use tonic::transport::Channel;
+
+pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> TestResult<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+struct Spec {
+    name: String,
+    client_port: u16,
+    peer_port: u16,
+}
+
+/// A cluster of real member processes sharing one temp dir.
+pub struct Cluster {
+    dir: tempfile::TempDir,
+    specs: Vec<Spec>,
+    procs: Vec<Option<Child>>,
+}
+
+impl Cluster {
+    /// Starts `n` members that bootstrap one cluster.
+    pub fn start(n: usize) -> TestResult<Self> {
+        let mut specs = Vec::new();
+        for i in 0..n {
+            specs.push(Spec {
+                name: format!("m{i}"),
+                client_port: free_port()?,
+                peer_port: free_port()?,
+            });
+        }
+        let mut c = Cluster {
+            dir: tempfile::tempdir()?,
+            procs: specs.iter().map(|_| None).collect(),
+            specs,
+        };
+        for i in 0..n {
+            c.spawn(i)?;
+        }
+        Ok(c)
+    }
+
+    /// Starts (or restarts) member `i` on its data dir.
+    pub fn spawn(&mut self, i: usize) -> TestResult {
+        let initial = self
+            .specs
+            .iter()
+            .map(|s| format!("{}=http://127.0.0.1:{}", s.name, s.peer_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        let s = self.specs.get(i).ok_or("no such member")?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("{}.log", s.name)))?;
+        let child = Command::new(env!("CARGO_BIN_EXE_concord"))
+            .args([
+                "--name",
+                &s.name,
+                "--data-dir",
+                &self.dir.path().join(&s.name).to_string_lossy(),
+                "--listen-client-urls",
+                &format!("http://127.0.0.1:{}", s.client_port),
+                "--advertise-client-urls",
+                &format!("http://127.0.0.1:{}", s.client_port),
+                "--listen-peer-urls",
+                &format!("http://127.0.0.1:{}", s.peer_port),
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{}", s.peer_port),
+                "--initial-cluster",
+                &initial,
+                "--heartbeat-interval",
+                "50",
+                "--election-timeout",
+                "500",
+                "--log-level",
+                "warn",
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?;
+        if let Some(slot) = self.procs.get_mut(i) {
+            *slot = Some(child);
+        }
+        Ok(())
+    }
+
+    /// SIGKILLs member `i`.
+    pub fn kill(&mut self, i: usize) -> TestResult {
+        if let Some(mut child) = self.procs.get_mut(i).and_then(Option::take) {
+            child.kill()?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// SIGTERMs member `i` and waits for it to exit.
+    pub fn terminate(&mut self, i: usize) -> TestResult {
+        if let Some(mut child) = self.procs.get_mut(i).and_then(Option::take) {
+            Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status()?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Indices of running members.
+    pub fn alive(&self) -> Vec<usize> {
+        (0..self.procs.len())
+            .filter(|i| self.procs.get(*i).is_some_and(Option::is_some))
+            .collect()
+    }
+
+    fn url(&self, i: usize) -> TestResult<String> {
+        let s = self.specs.get(i).ok_or("no such member")?;
+        Ok(format!("http://127.0.0.1:{}", s.client_port))
+    }
+
+    /// A KV client to member `i`, retrying the connection for a few seconds.
+    pub async fn kv(&self, i: usize) -> TestResult<KvClient<Channel>> {
+        let url = self.url(i)?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match KvClient::connect(url.clone()).await {
+                Ok(c) => return Ok(c),
+                Err(e) if Instant::now() > deadline => return Err(e.into()),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    /// Waits until a running member reports itself leader; returns its index.
+    pub async fn wait_leader(&self, within: Duration) -> TestResult<usize> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            for i in self.alive() {
+                let Ok(mut m) = MaintenanceClient::connect(self.url(i)?).await else {
+                    continue;
+                };
+                if let Ok(s) = m.status(StatusRequest {}).await {
+                    let s = s.into_inner();
+                    let me = s.header.map_or(0, |h| h.member_id);
+                    if s.leader != 0 && s.leader == me {
+                        return Ok(i);
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err("no leader elected in time".into())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for child in self.procs.iter_mut().filter_map(Option::take) {
+            let mut child = child;
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! Three members: replication, forwarding, leader failure (kill -9), minority, full restart.
+//! etcd guarantees under test: an acknowledged write is never lost while a majority survives;
+//! a minority never serves a write; a full restart brings back every acknowledged write.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use concord::pb::etcdserverpb::{PutRequest, RangeRequest};
+
+use crate::cluster::{Cluster, TestResult};
+
+async fn put(c: &Cluster, member: usize, key: &str, value: &str) -> TestResult<i64> {
+    let mut kv = c.kv(member).await?;
+    let resp = kv
+        .put(PutRequest {
+            key: key.into(),
+            value: value.into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    Ok(resp.header.map_or(0, |h| h.revision))
+}
+
+/// Puts, retrying through any running member until acknowledged or the deadline passes.
+async fn put_retrying(c: &Cluster, key: &str, value: &str) -> TestResult<i64> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        for m in c.alive() {
+            if let Ok(rev) = put(c, m, key, value).await {
+                return Ok(rev);
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!("put {key} never acknowledged").into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn read_all(c: &Cluster, member: usize) -> TestResult<BTreeMap<String, String>> {
+    let mut kv = c.kv(member).await?;
+    let resp = kv
+        .range(RangeRequest {
+            key: b"k".to_vec(),
+            range_end: b"l".to_vec(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    Ok(resp
+        .kvs
+        .into_iter()
+        .map(|kv| {
+            (
+                String::from_utf8_lossy(&kv.key).into_owned(),
+                String::from_utf8_lossy(&kv.value).into_owned(),
+            )
+        })
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_leader_kill_minority_and_full_restart() -> TestResult {
+    let mut c = Cluster::start(3)?;
+    let leader = c.wait_leader(Duration::from_secs(20)).await?;
+    let mut acked = BTreeMap::new();
+    let mut last_rev = 0;
+    for i in 0..30 {
+        let (k, v) = (format!("k{i:03}"), format!("v{i}"));
+        // Round-robin over members: followers forward to the leader.
+        let rev = put(&c, i % 3, &k, &v).await?;
+        assert!(rev > last_rev, "revisions increase: {rev} after {last_rev}");
+        last_rev = rev;
+        acked.insert(k, v);
+    }
+    for m in 0..3 {
+        assert_eq!(read_all(&c, m).await?, acked, "member {m} sees every write");
+    }
+
+    c.kill(leader)?;
+    let new_leader = c.wait_leader(Duration::from_secs(20)).await?;
+    assert_ne!(new_leader, leader);
+    for i in 30..45 {
+        let (k, v) = (format!("k{i:03}"), format!("v{i}"));
+        put_retrying(&c, &k, &v).await?;
+        acked.insert(k, v);
+    }
+    for m in c.alive() {
+        assert_eq!(read_all(&c, m).await?, acked, "survivor {m} lost nothing");
+    }
+
+    // Leave one member alone: it must refuse writes and linearizable reads.
+    let survivors = c.alive();
+    let (&stop, &lonely) = (
+        survivors.first().ok_or("no survivor")?,
+        survivors.get(1).ok_or("one survivor")?,
+    );
+    c.kill(stop)?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let minority = tokio::time::timeout(
+        Duration::from_secs(30),
+        put(&c, lonely, "minority", "must-fail"),
+    )
+    .await;
+    assert!(
+        matches!(minority, Ok(Err(_))),
+        "a minority member acknowledged a write"
+    );
+    assert!(
+        read_all(&c, lonely).await.is_err(),
+        "minority served a linearizable read"
+    );
+
+    // Full restart: every acknowledged write is back on every member.
+    c.kill(lonely)?;
+    for m in 0..3 {
+        c.spawn(m)?;
+    }
+    c.wait_leader(Duration::from_secs(30)).await?;
+    for m in 0..3 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match read_all(&c, m).await {
+                Ok(seen) if seen == acked => break,
+                _ if Instant::now() > deadline => {
+                    return Err(format!("member {m} did not recover every write").into())
+                }
+                _ => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+    Ok(())
+}

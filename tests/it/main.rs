@@ -1,0 +1,5 @@
+//! Integration tests: real `concord` processes, real gRPC clients.
+
+mod cluster;
+mod kv_cluster;
+mod kv_single;
