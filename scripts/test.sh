@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs every test: formatting and lints, unit and integration tests (real processes, a 3-member
+# cluster with kill -9), and the differential etcdctl tests against reference etcd 3.5.1 with
+# etcdctl 3.5 and 3.4, on one member and on three. Installs what it needs by itself.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ref=$(scripts/install-test-tools.sh)
+cargo fmt --all -- --check
+cargo clippy --all-targets -- -D warnings
+cargo build --bins
+cargo test
+ctls=(--etcdctl "$ref/etcdctl")
+[[ -x /usr/bin/etcdctl ]] && ctls+=(--etcdctl /usr/bin/etcdctl)
+python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 1 "${ctls[@]}"
+python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 3 "${ctls[@]}"
