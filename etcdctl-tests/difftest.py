@@ -1108,6 +1108,8 @@ def main() -> int:
                          "and /usr/bin/etcdctl if present)")
     ap.add_argument("-k", dest="filters", action="append", metavar="FILTER",
                     help="only run scenarios whose name contains FILTER (repeatable)")
+    ap.add_argument("--skip", action="append", metavar="FILTER",
+                    help="skip scenarios whose name contains FILTER (repeatable)")
     ap.add_argument("-v", "--verbose", action="store_true",
                     help="print every step and its normalized reference output")
     ap.add_argument("--ignore-grpc-codes", action="store_true",
@@ -1122,7 +1124,8 @@ def main() -> int:
 
     build_scenarios()
     scenarios = [s for s in SCENARIOS
-                 if not args.filters or any(f in s.name for f in args.filters)]
+                 if (not args.filters or any(f in s.name for f in args.filters))
+                 and not any(f in s.name for f in (args.skip or []))]
     if args.list:
         for s in scenarios:
             print(f"{s.name} ({len(s.steps)} steps)")

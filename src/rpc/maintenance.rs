@@ -1,11 +1,14 @@
-//! `etcdserverpb.Maintenance`: Status. The other methods answer `Unimplemented` until their
-//! issues land (alarms, defragment, hash, snapshot, move-leader, downgrade).
+//! `etcdserverpb.Maintenance`: Status, and Alarm listing (Concord raises no alarms yet: it has
+//! no space quota and no corruption check, so the list is always empty). The other methods
+//! answer `Unimplemented` until their issues land (alarm activation, defragment, hash, snapshot,
+//! move-leader, downgrade).
 
 use tonic::{Request, Response, Status};
 
 use super::{current_header, Context};
+use crate::pb::etcdserverpb::alarm_request::AlarmAction;
 use crate::pb::etcdserverpb::maintenance_server::Maintenance;
-use crate::pb::etcdserverpb::{StatusRequest, StatusResponse};
+use crate::pb::etcdserverpb::{AlarmRequest, AlarmResponse, StatusRequest, StatusResponse};
 
 /// The etcd version Concord speaks, reported by `Status` for clients that gate features on it.
 pub const ETCD_API_VERSION: &str = "3.5.1";
@@ -24,6 +27,18 @@ impl MaintenanceService {
 
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
+    async fn alarm(&self, req: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
+        if req.get_ref().action != AlarmAction::Get as i32 {
+            return Err(Status::unimplemented(
+                "alarm activation is not supported yet: Concord raises no alarms",
+            ));
+        }
+        Ok(Response::new(AlarmResponse {
+            header: current_header(&self.ctx.node),
+            alarms: Vec::new(),
+        }))
+    }
+
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         let node = &self.ctx.node;
         let size = i64::try_from(node.disk_space()).unwrap_or(i64::MAX);
