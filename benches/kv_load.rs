@@ -1,0 +1,228 @@
+//! Load comparison: Concord and reference etcd 3.5.1, one node each, started by this bench on the
+//! same machine in the same run, driven by the same gRPC client code at the same durability
+//! (both fsync their log before acknowledging). Prints throughput and latency percentiles per
+//! workload and the Concord/etcd ratios.
+//!
+//! ```sh
+//! cargo bench --bench kv_load            # needs reference etcd: scripts/install-test-tools.sh
+//! BENCH_OPS=20000 BENCH_CLIENTS=64 cargo bench --bench kv_load
+//! ```
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use concord::pb::etcdserverpb::kv_client::KvClient;
+use concord::pb::etcdserverpb::{PutRequest, RangeRequest};
+use tonic::transport::Channel;
+
+type BoxResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+struct Server {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> BoxResult<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn start(binary: &str, extra: &[&str]) -> BoxResult<Server> {
+    let dir = tempfile::tempdir_in(std::env::var("BENCH_DIR").unwrap_or_else(|_| "/tmp".into()))?;
+    let (client, peer) = (free_port()?, free_port()?);
+    let url = format!("http://127.0.0.1:{client}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let child = Command::new(binary)
+        .args([
+            "--name",
+            "bench",
+            "--data-dir",
+            &dir.path().join("data").to_string_lossy(),
+            "--listen-client-urls",
+            &url,
+            "--advertise-client-urls",
+            &url,
+            "--listen-peer-urls",
+            &peer_url,
+            "--initial-advertise-peer-urls",
+            &peer_url,
+            "--initial-cluster",
+            &format!("bench={peer_url}"),
+            "--log-level",
+            "error",
+        ])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    Ok(Server {
+        child,
+        url,
+        _dir: dir,
+    })
+}
+
+async fn connect(url: &str) -> BoxResult<KvClient<Channel>> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(mut c) = KvClient::connect(url.to_string()).await {
+            let ready = c
+                .put(PutRequest {
+                    key: b"warmup".to_vec(),
+                    value: b"x".to_vec(),
+                    ..Default::default()
+                })
+                .await;
+            if ready.is_ok() {
+                return Ok(c);
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{url} not ready").into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Workload {
+    Put,
+    GetLinearizable,
+    GetSerializable,
+}
+
+struct Outcome {
+    ops_per_sec: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+async fn run(url: &str, w: Workload, clients: usize, ops: usize) -> BoxResult<Outcome> {
+    // A few connections shared by many concurrent clients, as real clients multiplex.
+    let mut conns = Vec::new();
+    for _ in 0..4 {
+        conns.push(connect(url).await?);
+    }
+    let value = Arc::new(vec![b'v'; 256]);
+    let per_client = ops / clients;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let mut kv = conns[c % conns.len()].clone();
+        let value = value.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(per_client);
+            for i in 0..per_client {
+                let key = format!("key/{:04}", (c * per_client + i) % 1000).into_bytes();
+                let t = Instant::now();
+                let res = match w {
+                    Workload::Put => kv
+                        .put(PutRequest {
+                            key,
+                            value: value.to_vec(),
+                            ..Default::default()
+                        })
+                        .await
+                        .map(|_| ()),
+                    Workload::GetLinearizable | Workload::GetSerializable => kv
+                        .range(RangeRequest {
+                            key,
+                            serializable: matches!(w, Workload::GetSerializable),
+                            ..Default::default()
+                        })
+                        .await
+                        .map(|_| ()),
+                };
+                res.map_err(|e| e.to_string())?;
+                lat.push(t.elapsed());
+            }
+            Ok::<_, String>(lat)
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    let elapsed = started.elapsed();
+    all.sort();
+    let pct = |p: f64| {
+        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    Ok(Outcome {
+        ops_per_sec: all.len() as f64 / elapsed.as_secs_f64(),
+        p50: pct(0.50),
+        p99: pct(0.99),
+    })
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn etcd_binary() -> BoxResult<String> {
+    if let Ok(dir) = std::env::var("ETCD_REF_BIN") {
+        return Ok(format!("{dir}/etcd"));
+    }
+    let out = Command::new("scripts/install-test-tools.sh").output()?;
+    let dir = String::from_utf8(out.stdout)?.trim().to_string();
+    Ok(format!("{dir}/etcd"))
+}
+
+#[tokio::main]
+async fn main() -> BoxResult<()> {
+    if std::env::args().any(|a| a == "--list") {
+        return Ok(());
+    }
+    let clients = env_usize("BENCH_CLIENTS", 32);
+    let ops = env_usize("BENCH_OPS", 10_000);
+    let etcd = etcd_binary()?;
+    let concord = env!("CARGO_BIN_EXE_concord").to_string();
+    println!(
+        "{ops} ops per workload, {clients} concurrent clients over 4 connections, 256-byte values"
+    );
+    println!(
+        "{:<18} {:>12} {:>10} {:>10} {:>12} {:>10} {:>10} {:>8}",
+        "workload", "etcd ops/s", "p50", "p99", "concord ops/s", "p50", "p99", "ratio"
+    );
+    for (name, w) in [
+        ("put", Workload::Put),
+        ("get linearizable", Workload::GetLinearizable),
+        ("get serializable", Workload::GetSerializable),
+    ] {
+        let e = {
+            let s = start(&etcd, &[])?;
+            run(&s.url, w, clients, ops).await?
+        };
+        let c = {
+            let s = start(&concord, &[])?;
+            run(&s.url, w, clients, ops).await?
+        };
+        println!(
+            "{:<18} {:>12.0} {:>10.2?} {:>10.2?} {:>12.0} {:>10.2?} {:>10.2?} {:>7.2}x",
+            name,
+            e.ops_per_sec,
+            e.p50,
+            e.p99,
+            c.ops_per_sec,
+            c.p50,
+            c.p99,
+            c.ops_per_sec / e.ops_per_sec
+        );
+    }
+    Ok(())
+}
