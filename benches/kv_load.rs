@@ -6,6 +6,7 @@
 //! ```sh
 //! cargo bench --bench kv_load            # needs reference etcd: scripts/install-test-tools.sh
 //! BENCH_OPS=20000 BENCH_CLIENTS=64 cargo bench --bench kv_load
+//! BENCH_TARGET_URL=http://127.0.0.1:2379 cargo bench --bench kv_load   # puts against one server
 //! ```
 
 use std::process::{Child, Command, Stdio};
@@ -190,6 +191,15 @@ async fn main() -> BoxResult<()> {
     }
     let clients = env_usize("BENCH_CLIENTS", 32);
     let ops = env_usize("BENCH_OPS", 10_000);
+    if let Ok(url) = std::env::var("BENCH_TARGET_URL") {
+        // Profiling mode: load one already running server, no comparison.
+        let o = run(&url, Workload::Put, clients, ops).await?;
+        println!(
+            "put {:.0} ops/s p50 {:.2?} p99 {:.2?}",
+            o.ops_per_sec, o.p50, o.p99
+        );
+        return Ok(());
+    }
     let etcd = etcd_binary()?;
     let concord = env!("CARGO_BIN_EXE_concord").to_string();
     println!(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::{anyhow, Context as _};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 
 use crate::config::{self, ClusterState, Config};
@@ -43,7 +43,11 @@ impl Member {
             let _ = t.await;
         }
         self.node.shutdown().await;
-        if let Err(e) = self.storage.persist() {
+        if let Err(e) = self
+            .storage
+            .persist_state()
+            .and_then(|()| self.storage.persist_log())
+        {
             tracing::error!(error = %e, "final sync failed");
         }
     }
@@ -112,9 +116,8 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
             .max_encoding_message_size(usize::MAX);
         let shutdown = stopped(stop_rx.clone());
         tasks.push(tokio::spawn(async move {
-            let incoming = TcpListenerStream::new(listener);
+            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
             if let Err(e) = Server::builder()
-                .tcp_nodelay(true)
                 .add_service(svc)
                 .serve_with_incoming_shutdown(incoming, shutdown)
                 .await
@@ -157,9 +160,8 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
         let cluster = ClusterServer::new(ClusterService::new(ctx.clone()));
         let shutdown = stopped(stop_rx.clone());
         tasks.push(tokio::spawn(async move {
-            let incoming = TcpListenerStream::new(listener);
+            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
             if let Err(e) = Server::builder()
-                .tcp_nodelay(true)
                 .layer(tower::util::MapResponseLayer::new(
                     crate::rpc::limits::grpc_go_size_errors,
                 ))

@@ -8,7 +8,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub use crate::pb::concordpb::command::Op;
 pub use crate::pb::concordpb::command_result::Result as Outcome;
-pub use crate::pb::concordpb::{Command, CommandResult};
+pub use crate::pb::concordpb::{Command, CommandBatch, CommandResult, CommandResults};
 
 /// The log format this binary writes into [`Command::format`].
 pub const COMMAND_FORMAT: u32 = 1;

@@ -6,14 +6,21 @@ pub mod command;
 pub mod kv;
 pub mod txn;
 
-pub use command::{Command, CommandResult, Op, Outcome};
+pub use command::{Command, CommandBatch, CommandResult, CommandResults, Op, Outcome};
 
 use crate::error::Error;
 use crate::mvcc::WriteTxn;
 use crate::pb::etcdserverpb::{CompactionResponse, ResponseHeader};
 
-/// Applies one command inside the apply batch `w` and closes its request.
+/// Applies one command inside the apply batch `w` and closes its request (a batch: each of its
+/// commands in order, each closing its own request).
 pub fn apply(w: &mut WriteTxn<'_>, cmd: &Command) -> CommandResult {
+    if let Some(Op::Batch(batch)) = &cmd.op {
+        let results = batch.commands.iter().map(|c| apply(w, c)).collect();
+        return CommandResult {
+            result: Some(Outcome::Batch(CommandResults { results })),
+        };
+    }
     let outcome = match &cmd.op {
         Some(Op::Put(req)) => kv::put(w, req).map(Outcome::Put),
         Some(Op::DeleteRange(req)) => kv::delete_range(w, req).map(Outcome::DeleteRange),
@@ -23,7 +30,7 @@ pub fn apply(w: &mut WriteTxn<'_>, cmd: &Command) -> CommandResult {
                 header: Some(ResponseHeader::default()),
             })
         }),
-        None => Ok(Outcome::Error(Error::Storage.code())),
+        Some(Op::Batch(_)) | None => Ok(Outcome::Error(Error::Storage.code())),
     };
     let revision = w.end_request();
     let outcome = match outcome {
@@ -44,7 +51,7 @@ fn set_revision(o: &mut Outcome, revision: i64) {
         Outcome::DeleteRange(r) => &mut r.header,
         Outcome::Txn(r) => &mut r.header,
         Outcome::Compaction(r) => &mut r.header,
-        Outcome::Error(_) => return,
+        Outcome::Error(_) | Outcome::Batch(_) => return,
     };
     header.get_or_insert_with(Default::default).revision = revision;
 }

@@ -1,13 +1,21 @@
-//! The Raft log and vote on fjall.
+//! The Raft log and vote on fjall, with group commit.
 //!
-//! Durability: `append` makes entries readable at once and hands the flush callback to the
-//! [`Syncer`], a thread that fsyncs once for every batch of waiting appends (group commit) and
-//! only then reports the entries flushed. `save_vote`, `truncate` and `purge` sync before they
-//! return, so a crash can neither double-vote nor resurrect a truncated entry.
+//! fjall holds its journal lock while it syncs, so a write issued during an fsync waits for it.
+//! To keep RaftCore from waiting, `append` only encodes the entries into an in-memory write-behind
+//! buffer (readable at once, as openraft requires) and queues the flush callback. The [`Syncer`]
+//! thread takes everything queued, writes it as one fjall batch, syncs once, and only then
+//! reports those entries flushed: one fsync for every batch of appends that arrived while the
+//! previous one ran.
+//!
+//! `save_vote` syncs before returning; `truncate` and `purge` first drain the buffer to disk and
+//! sync their own change, so a crash can neither double-vote nor resurrect a truncated entry. The
+//! committed index is not saved (optional in openraft): the applied index, saved atomically with
+//! the data, bounds what a restart replays.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{AnyError, LogId, OptionalSend, RaftLogReader, StorageError, StorageIOError, Vote};
@@ -18,21 +26,51 @@ use crate::storage::Storage;
 type Entry = openraft::Entry<TypeConfig>;
 
 const VOTE: &str = "vote";
-const COMMITTED: &str = "committed";
 const PURGED: &str = "purged";
+
+/// Encoded entries appended but not yet on disk: index → (append sequence, bytes).
+type Buffer = BTreeMap<u64, (u64, Vec<u8>)>;
+
+/// Work for the sync thread.
+enum Job {
+    /// Write the buffer, sync, then report these entries flushed.
+    Flush(LogFlushed<TypeConfig>),
+    /// Write the buffer and sync, then answer.
+    Drain(mpsc::Sender<Result<(), String>>),
+}
+
+struct Shared {
+    buffer: Mutex<Buffer>,
+    next_seq: Mutex<u64>,
+}
+
+impl Shared {
+    fn buffer(&self) -> MutexGuard<'_, Buffer> {
+        self.buffer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
 
 /// The Raft log storage of one member.
 #[derive(Clone)]
 pub struct LogStore {
     storage: Storage,
-    syncer: mpsc::Sender<LogFlushed<TypeConfig>>,
+    shared: Arc<Shared>,
+    syncer: mpsc::Sender<Job>,
 }
 
 impl LogStore {
     /// Opens the log over `storage` and starts its sync thread.
     pub fn new(storage: Storage) -> Self {
-        let syncer = Syncer::start(storage.clone());
-        LogStore { storage, syncer }
+        let shared = Arc::new(Shared {
+            buffer: Mutex::new(BTreeMap::new()),
+            next_seq: Mutex::new(0),
+        });
+        let syncer = Syncer::start(storage.clone(), shared.clone());
+        LogStore {
+            storage,
+            shared,
+            syncer,
+        }
     }
 
     fn read_meta<T: serde::de::DeserializeOwned>(
@@ -49,6 +87,19 @@ impl LogStore {
         let bytes = bincode::serialize(v).map_err(write_err)?;
         self.storage.put_raft_meta(key, &bytes).map_err(write_err)
     }
+
+    /// Writes the whole buffer to disk and syncs (before a truncate or purge).
+    async fn drain(&self) -> Result<(), StorageError<u64>> {
+        let (tx, rx) = mpsc::channel();
+        if self.syncer.send(Job::Drain(tx)).is_err() {
+            return Err(write_err("raft log sync thread stopped"));
+        }
+        tokio::task::spawn_blocking(move || rx.recv())
+            .await
+            .map_err(write_err)?
+            .map_err(write_err)?
+            .map_err(write_err)
+    }
 }
 
 fn read_err(e: impl std::fmt::Display) -> StorageError<u64> {
@@ -59,28 +110,28 @@ fn write_err(e: impl std::fmt::Display) -> StorageError<u64> {
     StorageIOError::write_logs(AnyError::error(e.to_string())).into()
 }
 
-/// The group-commit thread: one fsync for all appends queued while the previous one ran.
+/// The group-commit thread.
 struct Syncer;
 
 impl Syncer {
-    fn start(storage: Storage) -> mpsc::Sender<LogFlushed<TypeConfig>> {
-        let (tx, rx) = mpsc::channel::<LogFlushed<TypeConfig>>();
+    fn start(storage: Storage, shared: Arc<Shared>) -> mpsc::Sender<Job> {
+        let (tx, rx) = mpsc::channel::<Job>();
         let spawned = std::thread::Builder::new()
             .name("raft-log-sync".into())
             .spawn(move || {
                 while let Ok(first) = rx.recv() {
-                    let mut waiting = vec![first];
-                    waiting.extend(rx.try_iter());
-                    let result = storage
-                        .persist()
-                        .map_err(|e| std::io::Error::other(e.to_string()));
-                    for cb in waiting {
-                        cb.log_io_completed(
-                            result
-                                .as_ref()
-                                .map(|_| ())
-                                .map_err(|e| std::io::Error::other(e.to_string())),
-                        );
+                    let mut jobs = vec![first];
+                    jobs.extend(rx.try_iter());
+                    let result = Self::write_and_sync(&storage, &shared);
+                    for job in jobs {
+                        match job {
+                            Job::Flush(cb) => {
+                                cb.log_io_completed(result.clone().map_err(std::io::Error::other))
+                            }
+                            Job::Drain(reply) => {
+                                let _ = reply.send(result.clone());
+                            }
+                        }
                     }
                 }
             });
@@ -89,6 +140,39 @@ impl Syncer {
         }
         tx
     }
+
+    fn write_and_sync(storage: &Storage, shared: &Shared) -> Result<(), String> {
+        let batch: Vec<(u64, u64, Vec<u8>)> = shared
+            .buffer()
+            .iter()
+            .map(|(i, (seq, b))| (*i, *seq, b.clone()))
+            .collect();
+        let entries: Vec<(u64, Vec<u8>)> = batch.iter().map(|(i, _, b)| (*i, b.clone())).collect();
+        storage.append_log(&entries).map_err(|e| e.to_string())?;
+        storage.persist_log().map_err(|e| e.to_string())?;
+        let mut buffer = shared.buffer();
+        for (index, seq, _) in batch {
+            // Keep an entry that was replaced (truncated and appended again) meanwhile.
+            if buffer.get(&index).is_some_and(|(s, _)| *s == seq) {
+                buffer.remove(&index);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
+    let start = match range.start_bound() {
+        Bound::Included(x) => *x,
+        Bound::Excluded(x) => x.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(x) => x.saturating_add(1),
+        Bound::Excluded(x) => *x,
+        Bound::Unbounded => u64::MAX,
+    };
+    (start, end)
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -96,19 +180,20 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError<u64>> {
-        let start = match range.start_bound() {
-            Bound::Included(x) => *x,
-            Bound::Excluded(x) => x.saturating_add(1),
-            Bound::Unbounded => 0,
-        };
-        let end = match range.end_bound() {
-            Bound::Included(x) => x.saturating_add(1),
-            Bound::Excluded(x) => *x,
-            Bound::Unbounded => u64::MAX,
-        };
-        let raw = self.storage.log_range(start, end).map_err(read_err)?;
-        raw.iter()
-            .map(|(_, b)| bincode::deserialize::<Entry>(b).map_err(read_err))
+        let (start, end) = bounds(&range);
+        let mut raw: BTreeMap<u64, Vec<u8>> = self
+            .storage
+            .log_range(start, end)
+            .map_err(read_err)?
+            .into_iter()
+            .collect();
+        if start < end {
+            for (i, (_, b)) in self.shared.buffer().range(start..end) {
+                raw.insert(*i, b.clone());
+            }
+        }
+        raw.values()
+            .map(|b| bincode::deserialize::<Entry>(b).map_err(read_err))
             .collect()
     }
 }
@@ -118,8 +203,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<u64>> {
         let last_purged: Option<LogId<u64>> = self.read_meta(PURGED)?;
-        let last = match self.storage.last_log().map_err(read_err)? {
-            Some((_, b)) => Some(bincode::deserialize::<Entry>(&b).map_err(read_err)?.log_id),
+        let buffered = self
+            .shared
+            .buffer()
+            .last_key_value()
+            .map(|(_, (_, b))| b.clone());
+        let last_bytes = match buffered {
+            Some(b) => Some(b),
+            None => self.storage.last_log().map_err(read_err)?.map(|(_, b)| b),
+        };
+        let last = match last_bytes {
+            Some(b) => Some(bincode::deserialize::<Entry>(&b).map_err(read_err)?.log_id),
             None => last_purged,
         };
         Ok(LogState {
@@ -140,17 +234,6 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.read_meta(VOTE)
     }
 
-    async fn save_committed(
-        &mut self,
-        committed: Option<LogId<u64>>,
-    ) -> Result<(), StorageError<u64>> {
-        self.write_meta(COMMITTED, &committed)
-    }
-
-    async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, StorageError<u64>> {
-        Ok(self.read_meta::<Option<LogId<u64>>>(COMMITTED)?.flatten())
-    }
-
     async fn append<I>(
         &mut self,
         entries: I,
@@ -164,28 +247,39 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         for e in entries {
             encoded.push((e.log_id.index, bincode::serialize(&e).map_err(write_err)?));
         }
-        self.storage.append_log(&encoded).map_err(write_err)?;
-        if let Err(mpsc::SendError(cb)) = self.syncer.send(callback) {
-            // The sync thread is gone: sync here rather than report an unsynced flush.
-            let result = self
-                .storage
-                .persist()
-                .map_err(|e| std::io::Error::other(e.to_string()));
-            cb.log_io_completed(result);
+        {
+            let mut seq = self
+                .shared
+                .next_seq
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let mut buffer = self.shared.buffer();
+            for (index, bytes) in encoded {
+                *seq += 1;
+                buffer.insert(index, (*seq, bytes));
+            }
+        }
+        if let Err(mpsc::SendError(Job::Flush(cb))) = self.syncer.send(Job::Flush(callback)) {
+            cb.log_io_completed(Err(std::io::Error::other("raft log sync thread stopped")));
         }
         Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
+        self.drain().await?;
         self.storage
             .remove_log(log_id.index..=u64::MAX)
             .map_err(write_err)
     }
 
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
-        // The applied state must be durable before the entries that rebuild it disappear.
-        self.storage.persist().map_err(write_err)?;
+        // The applied state must be on disk before the entries that could rebuild it disappear.
+        self.drain().await?;
+        self.storage.persist_state().map_err(write_err)?;
         self.write_meta(PURGED, &log_id)?;
         self.storage.remove_log(0..=log_id.index).map_err(write_err)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -72,6 +72,7 @@ pub struct RaftNode {
     reads: read::ReadBatcher,
     peers: Arc<network::PeerChannels>,
     storage: Storage,
+    proposals: propose::Batcher,
 }
 
 impl RaftNode {
@@ -97,7 +98,9 @@ impl RaftNode {
             election_timeout_min: election_ms,
             election_timeout_max: election_ms * 2,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(options.snapshot_every),
-            max_in_snapshot_log_to_keep: 1000,
+            // Entries kept behind a snapshot so a briefly lagging follower catches up from the
+            // log rather than a full snapshot (etcd's snapshot-catchup-entries: 5000).
+            max_in_snapshot_log_to_keep: options.snapshot_every.min(5000),
             ..Default::default()
         };
         let config = Arc::new(config.validate().map_err(|e| StorageError(e.to_string()))?);
@@ -105,6 +108,7 @@ impl RaftNode {
             .await
             .map_err(|e| StorageError(e.to_string()))?;
         let peers = Arc::new(network::PeerChannels::default());
+        let proposals = propose::Batcher::start(raft.clone(), options.max_request_bytes);
         let reads =
             read::ReadBatcher::start(raft.clone(), id, peers.clone(), options.request_timeout);
         Ok(Arc::new(RaftNode {
@@ -116,6 +120,7 @@ impl RaftNode {
             reads,
             peers,
             storage,
+            proposals,
         }))
     }
 

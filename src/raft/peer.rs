@@ -7,11 +7,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
-use super::propose::Route;
 use super::read::leader_read_index;
 use super::RaftNode;
 use crate::apply::Command;
-use crate::error::Error;
 use crate::pb::concordpb::raft_peer_server::RaftPeer;
 use crate::pb::concordpb::{ForwardResponse, RaftPayload, ReadIndexRequest, ReadIndexResponse};
 
@@ -64,13 +62,9 @@ impl RaftPeer for PeerService {
     async fn forward(&self, req: Request<Command>) -> Result<Response<ForwardResponse>, Status> {
         // Proposed here or refused: a forwarded write is never forwarded again.
         let reply = match self.node.propose_local(req.into_inner()).await {
-            Ok(Ok(result)) => ForwardResponse {
+            Ok(result) => ForwardResponse {
                 result: Some(result),
                 error: 0,
-            },
-            Ok(Err(Route::Forward(_) | Route::Local)) => ForwardResponse {
-                result: None,
-                error: Error::LeaderChanged.code(),
             },
             Err(e) => ForwardResponse {
                 result: None,

@@ -1,18 +1,106 @@
-//! Writes: every mutation becomes a [`Command`] in the Raft log. The leader proposes it (many
-//! concurrent proposals share one log fsync); a follower forwards it to the leader's `Forward`
-//! RPC. Acknowledged only after a quorum has the entry on disk and the leader applied it.
+//! Writes: every mutation becomes a [`Command`] in the Raft log. Acknowledged only after a
+//! quorum has the entry on disk and the leader applied it.
+//!
+//! Group commit: openraft 0.9 flushes each log entry before it takes the next, so the leader's
+//! [`Batcher`] puts every proposal that arrives while an entry is in flight into the next entry
+//! (a [`CommandBatch`]); one fsync then covers them all. A follower forwards its proposals to the
+//! leader's `Forward` RPC, where they join the same batches.
 
-use openraft::error::{ClientWriteError, RaftError};
+use std::sync::Arc;
+
+use openraft::error::RaftError;
 use prost::Message;
+use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use super::RaftNode;
-use crate::apply::{Command, CommandResult, Outcome};
+use super::{Raft, RaftNode};
+use crate::apply::{Command, CommandBatch, CommandResult, Op, Outcome};
 use crate::error::{Error, Result};
 
-/// Where a proposal must go.
-pub(super) enum Route {
-    Local,
-    Forward(String),
+/// Entries the batcher keeps in flight at once: one being flushed and applied, one forming.
+const MAX_IN_FLIGHT: usize = 2;
+/// Most proposals in one entry.
+const MAX_BATCH: usize = 512;
+
+type Waiter = oneshot::Sender<Result<CommandResult>>;
+
+/// The leader-side proposal batcher.
+pub struct Batcher {
+    tx: mpsc::UnboundedSender<(Command, Waiter)>,
+}
+
+impl Batcher {
+    /// Starts the batching task; entries are at most about `max_bytes` big.
+    pub fn start(raft: Raft, max_bytes: usize) -> Self {
+        let (tx, mut rx) = mpsc::unbounded_channel::<(Command, Waiter)>();
+        tokio::spawn(async move {
+            let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+            while let Some(first) = rx.recv().await {
+                let Ok(permit) = slots.clone().acquire_owned().await else {
+                    return;
+                };
+                let mut size = first.0.encoded_len();
+                let mut batch = vec![first];
+                while batch.len() < MAX_BATCH && size < max_bytes {
+                    let Ok(next) = rx.try_recv() else { break };
+                    size += next.0.encoded_len();
+                    batch.push(next);
+                }
+                let raft = raft.clone();
+                tokio::spawn(async move {
+                    submit(&raft, batch).await;
+                    drop(permit);
+                });
+            }
+        });
+        Batcher { tx }
+    }
+
+    async fn propose(&self, cmd: Command) -> Result<CommandResult> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send((cmd, tx)).map_err(|_| Error::Stopped)?;
+        rx.await.map_err(|_| Error::Stopped)?
+    }
+}
+
+/// Proposes one entry for `batch` and hands each waiter its own result.
+async fn submit(raft: &Raft, mut batch: Vec<(Command, Waiter)>) {
+    let single = batch.len() == 1;
+    let (cmds, waiters): (Vec<Command>, Vec<Waiter>) = batch.drain(..).unzip();
+    let entry = if single {
+        cmds.into_iter().next().unwrap_or_default()
+    } else {
+        Command::new(Op::Batch(CommandBatch { commands: cmds }))
+    };
+    let result = match raft.client_write(entry).await {
+        Ok(resp) => Ok(resp.data),
+        Err(RaftError::APIError(_)) => Err(Error::LeaderChanged),
+        Err(RaftError::Fatal(_)) => Err(Error::Stopped),
+    };
+    match result {
+        Ok(r) if single => {
+            for w in waiters {
+                let _ = w.send(Ok(r.clone()));
+            }
+        }
+        Ok(CommandResult {
+            result: Some(Outcome::Batch(all)),
+        }) => {
+            let mut results = all.results.into_iter();
+            for w in waiters {
+                let _ = w.send(results.next().ok_or(Error::Storage));
+            }
+        }
+        Ok(_) => {
+            for w in waiters {
+                let _ = w.send(Err(Error::Storage));
+            }
+        }
+        Err(e) => {
+            for w in waiters {
+                let _ = w.send(Err(e));
+            }
+        }
+    }
 }
 
 impl RaftNode {
@@ -35,33 +123,30 @@ impl RaftNode {
         }
     }
 
+    /// Proposes on this member when it leads, else forwards to the leader it knows. A proposal
+    /// that was appended here is never re-sent elsewhere: if leadership is lost meanwhile the
+    /// entry may still commit, so the answer is `leader changed`, as in etcd.
     async fn route(&self, cmd: Command) -> Result<CommandResult> {
-        match self.propose_local(cmd.clone()).await? {
-            Ok(r) => Ok(r),
-            Err(Route::Forward(addr)) => self.forward(&addr, cmd).await,
-            Err(Route::Local) => Err(Error::LeaderChanged),
+        match self.leader() {
+            None => Err(Error::NoLeader),
+            Some(l) if l == self.id => self.propose_local(cmd).await,
+            Some(l) => {
+                let addr = self.leader_addr(l).ok_or(Error::NoLeader)?;
+                self.forward(&addr, cmd).await
+            }
         }
     }
 
-    /// Proposes on this member if it leads; otherwise says where the leader is.
-    pub(super) async fn propose_local(
-        &self,
-        cmd: Command,
-    ) -> Result<std::result::Result<CommandResult, Route>> {
-        match self.raft.client_write(cmd).await {
-            Ok(resp) => Ok(Ok(resp.data)),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                match f.leader_id.and_then(|l| self.leader_addr(l)) {
-                    Some(addr) if f.leader_id != Some(self.id) => Ok(Err(Route::Forward(addr))),
-                    Some(_) => Ok(Err(Route::Local)),
-                    None => Err(Error::NoLeader),
-                }
-            }
-            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(_))) => {
-                Err(Error::LeaderChanged)
-            }
-            Err(RaftError::Fatal(_)) => Err(Error::Stopped),
+    /// Proposes on this member, which must be the leader.
+    ///
+    /// # Errors
+    /// [`Error::LeaderChanged`] if it is not (or stops being) the leader, [`Error::Stopped`].
+    pub(super) async fn propose_local(&self, cmd: Command) -> Result<CommandResult> {
+        if matches!(cmd.op, Some(Op::Batch(_))) {
+            // Batches are formed here only; a client cannot send one.
+            return Err(Error::Storage);
         }
+        self.proposals.propose(cmd).await
     }
 
     async fn forward(&self, addr: &str, cmd: Command) -> Result<CommandResult> {

@@ -208,8 +208,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<(), StorageError<u64>> {
         let data = snapshot.into_inner();
         let body: SnapshotBody = bincode::deserialize(&data).map_err(snap_err)?;
-        self.storage.clear(Space::Kv).map_err(snap_err)?;
+        // One atomic batch replaces the whole state: a crash leaves either the old state with
+        // its applied index or the new one with the snapshot's.
+        let incoming: std::collections::HashSet<&[u8]> =
+            body.kv.iter().map(|(k, _)| k.as_slice()).collect();
         let mut batch = self.storage.batch();
+        for (k, _) in self.storage.scan(Space::Kv).map_err(snap_err)? {
+            if !incoming.contains(k.as_slice()) {
+                batch.remove(Space::Kv, &k);
+            }
+        }
         for (k, v) in &body.kv {
             batch.insert(Space::Kv, k, v);
         }
@@ -227,7 +235,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let membership = bincode::serialize(&meta.last_membership).map_err(snap_err)?;
         batch.insert(Space::Meta, meta_key::MEMBERSHIP, &membership);
         batch.commit().map_err(snap_err)?;
-        self.storage.persist().map_err(snap_err)?;
+        self.storage.persist_state().map_err(snap_err)?;
         self.mvcc.reload().map_err(snap_err)?;
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();

@@ -1,7 +1,10 @@
 //! Durable storage on fjall: the only module that imports fjall.
 //!
-//! One fjall database holds every keyspace, so they share one journal: a synced write makes every
-//! earlier write of any keyspace durable too. The schema:
+//! Two fjall databases, each with its own journal: `log/` holds the Raft log and vote and is
+//! synced on every append batch; `db/` holds the state machine and is synced only before log
+//! entries are purged (until then the log can rebuild it). Separate journals keep a log fsync
+//! from stalling state-machine writes (fjall holds a journal's lock while syncing it). The
+//! schema:
 //!
 //! | keyspace    | key                          | value                                   | since |
 //! |-------------|------------------------------|-----------------------------------------|-------|
@@ -51,6 +54,7 @@ pub type StorageResult<T> = Result<T, StorageError>;
 /// The keyspaces of one member's data dir.
 #[derive(Clone)]
 pub struct Storage {
+    log_db: Database,
     db: Database,
     raft_log: Keyspace,
     raft_meta: Keyspace,
@@ -87,7 +91,7 @@ impl Batch {
     }
 
     /// Commits the batch atomically. Not synced: the Raft log, synced on every append, is the
-    /// durability point, and [`Storage::persist`] runs before the log is ever purged.
+    /// durability point, and [`Storage::persist_state`] runs before the log is ever purged.
     pub fn commit(self) -> StorageResult<()> {
         self.inner.commit()?;
         Ok(())
@@ -102,9 +106,11 @@ impl Storage {
     pub fn open(dir: &Path) -> StorageResult<Self> {
         std::fs::create_dir_all(dir).map_err(|e| StorageError(e.to_string()))?;
         let db = Database::builder(dir.join("db")).open()?;
+        let log_db = Database::builder(dir.join("log")).open()?;
         let storage = Storage {
-            raft_log: db.keyspace("raft_log", KeyspaceCreateOptions::default)?,
-            raft_meta: db.keyspace("raft_meta", KeyspaceCreateOptions::default)?,
+            raft_log: log_db.keyspace("raft_log", KeyspaceCreateOptions::default)?,
+            raft_meta: log_db.keyspace("raft_meta", KeyspaceCreateOptions::default)?,
+            log_db,
             kv: db.keyspace("kv", KeyspaceCreateOptions::default)?,
             meta: db.keyspace("meta", KeyspaceCreateOptions::default)?,
             db,
@@ -114,7 +120,7 @@ impl Storage {
                 storage
                     .meta
                     .insert(meta_key::FORMAT_VERSION, FORMAT_VERSION.to_be_bytes())?;
-                storage.persist()?;
+                storage.persist_state()?;
             }
             Some(v) => {
                 let found = <[u8; 4]>::try_from(&v[..]).ok().map(u32::from_be_bytes);
@@ -135,12 +141,22 @@ impl Storage {
         }
     }
 
-    /// Syncs everything written so far to disk.
+    /// Syncs the Raft log's journal (`fdatasync`, as etcd's WAL does: the data and the file
+    /// size, which is what reading it back needs).
     ///
     /// # Errors
-    /// When the fsync fails.
-    pub fn persist(&self) -> StorageResult<()> {
-        self.db.persist(PersistMode::SyncAll)?;
+    /// When the sync fails.
+    pub fn persist_log(&self) -> StorageResult<()> {
+        self.log_db.persist(PersistMode::SyncData)?;
+        Ok(())
+    }
+
+    /// Syncs the state machine's journal.
+    ///
+    /// # Errors
+    /// When the sync fails.
+    pub fn persist_state(&self) -> StorageResult<()> {
+        self.db.persist(PersistMode::SyncData)?;
         Ok(())
     }
 
@@ -173,22 +189,13 @@ impl Storage {
         Ok(out)
     }
 
-    /// Removes every entry of a state-machine keyspace (before installing a snapshot).
-    ///
-    /// # Errors
-    /// On a write failure.
-    pub fn clear(&self, space: Space) -> StorageResult<()> {
-        self.space(space).clear()?;
-        Ok(())
-    }
-
     /// Appends Raft log entries `(index, bytes)`: readable at once, durable after the next
-    /// [`Storage::persist`] (the caller syncs, so that many appends share one fsync).
+    /// [`Storage::persist_log`] (the caller syncs, so that many appends share one fsync).
     ///
     /// # Errors
     /// On a write failure.
     pub fn append_log(&self, entries: &[(u64, Vec<u8>)]) -> StorageResult<()> {
-        let mut batch = self.db.batch();
+        let mut batch = self.log_db.batch();
         for (index, bytes) in entries {
             batch.insert(&self.raft_log, index.to_be_bytes(), bytes.as_slice());
         }
@@ -231,7 +238,7 @@ impl Storage {
     /// # Errors
     /// On a write or fsync failure.
     pub fn remove_log(&self, range: std::ops::RangeInclusive<u64>) -> StorageResult<()> {
-        let mut batch = self.db.batch();
+        let mut batch = self.log_db.batch();
         for guard in self
             .raft_log
             .range(range.start().to_be_bytes()..=range.end().to_be_bytes())
@@ -240,16 +247,16 @@ impl Storage {
             batch.remove(&self.raft_log, k);
         }
         batch.commit()?;
-        self.persist()
+        self.persist_log()
     }
 
-    /// Writes a Raft metadata value (vote, committed, purged) and syncs it.
+    /// Writes a Raft metadata value (vote, purged) and syncs it.
     ///
     /// # Errors
     /// On a write or fsync failure.
     pub fn put_raft_meta(&self, key: &str, value: &[u8]) -> StorageResult<()> {
         self.raft_meta.insert(key, value)?;
-        self.persist()
+        self.persist_log()
     }
 
     /// Reads a Raft metadata value.
@@ -262,7 +269,7 @@ impl Storage {
 
     /// Approximate bytes on disk, for `Status.dbSize`.
     pub fn disk_space(&self) -> u64 {
-        self.db.disk_space().unwrap_or(0)
+        self.db.disk_space().unwrap_or(0) + self.log_db.disk_space().unwrap_or(0)
     }
 }
 

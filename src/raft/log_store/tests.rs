@@ -1,0 +1,32 @@
+//! openraft's storage conformance suite run on our fjall log store and state machine
+//! ("If your implementation passes the tests, Openraft should work well with it").
+
+use std::sync::Arc;
+
+use openraft::testing::{StoreBuilder, Suite};
+use openraft::StorageError;
+
+use super::LogStore;
+use crate::mvcc::MvccStore;
+use crate::raft::{StateMachine, TypeConfig};
+use crate::storage::Storage;
+
+struct FjallBuilder;
+
+impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for FjallBuilder {
+    async fn build(
+        &self,
+    ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<u64>> {
+        let err = |e: &dyn std::fmt::Display| super::write_err(e.to_string());
+        let dir = tempfile::tempdir().map_err(|e| err(&e))?;
+        let storage = Storage::open(dir.path()).map_err(|e| err(&e))?;
+        let mvcc = Arc::new(MvccStore::open(storage.clone()).map_err(|e| err(&e))?);
+        let sm = StateMachine::open(storage.clone(), mvcc, dir.path())?;
+        Ok((dir, LogStore::new(storage), sm))
+    }
+}
+
+#[test]
+fn passes_openraft_storage_suite() -> Result<(), StorageError<u64>> {
+    Suite::test_all(FjallBuilder)
+}
