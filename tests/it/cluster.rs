@@ -28,11 +28,17 @@ pub struct Cluster {
     dir: tempfile::TempDir,
     specs: Vec<Spec>,
     procs: Vec<Option<Child>>,
+    extra_args: Vec<String>,
 }
 
 impl Cluster {
     /// Starts `n` members that bootstrap one cluster.
     pub fn start(n: usize) -> TestResult<Self> {
+        Self::start_with(n, &[])
+    }
+
+    /// Starts `n` members with extra flags for every member.
+    pub fn start_with(n: usize, extra_args: &[&str]) -> TestResult<Self> {
         let mut specs = Vec::new();
         for i in 0..n {
             specs.push(Spec {
@@ -45,6 +51,7 @@ impl Cluster {
             dir: tempfile::tempdir()?,
             procs: specs.iter().map(|_| None).collect(),
             specs,
+            extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
         };
         for i in 0..n {
             c.spawn(i)?;
@@ -88,6 +95,7 @@ impl Cluster {
                 "--log-level",
                 "warn",
             ])
+            .args(&self.extra_args)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()?;
@@ -115,6 +123,12 @@ impl Cluster {
             child.wait()?;
         }
         Ok(())
+    }
+
+    /// The data dir of member `i`.
+    pub fn data_dir(&self, i: usize) -> TestResult<std::path::PathBuf> {
+        let s = self.specs.get(i).ok_or("no such member")?;
+        Ok(self.dir.path().join(&s.name))
     }
 
     /// Indices of running members.

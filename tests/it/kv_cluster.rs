@@ -132,3 +132,91 @@ async fn acknowledged_writes_survive_leader_kill_minority_and_full_restart() -> 
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_member_catches_up_from_a_snapshot_after_log_compaction() -> TestResult {
+    // Snapshot every 20 entries, so the leader purges the log the member missed.
+    let mut c = Cluster::start_with(3, &["--snapshot-count", "20"])?;
+    let leader = c.wait_leader(Duration::from_secs(20)).await?;
+    let lagging = (leader + 1) % 3;
+    c.kill(lagging)?;
+    assert!(!c.data_dir(lagging)?.join("snapshot.bin").exists());
+    let mut acked = BTreeMap::new();
+    for i in 0..150 {
+        let (k, v) = (format!("k{i:03}"), format!("v{i}"));
+        put_retrying(&c, &k, &v).await?;
+        acked.insert(k, v);
+    }
+    // Deletes and a compaction must travel in the snapshot too.
+    let mut kv = c.kv(leader).await?;
+    kv.delete_range(concord::pb::etcdserverpb::DeleteRangeRequest {
+        key: b"k000".to_vec(),
+        range_end: b"k010".to_vec(),
+        ..Default::default()
+    })
+    .await?;
+    acked.retain(|k, _| k.as_str() >= "k010");
+    let rev = kv
+        .range(RangeRequest {
+            key: b"k".to_vec(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .header
+        .map_or(0, |h| h.revision);
+    kv.compact(concord::pb::etcdserverpb::CompactionRequest {
+        revision: rev - 5,
+        physical: true,
+    })
+    .await?;
+    c.spawn(lagging)?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut kv = c.kv(lagging).await?;
+        let seen = kv
+            .range(RangeRequest {
+                key: b"k".to_vec(),
+                range_end: b"l".to_vec(),
+                serializable: true,
+                ..Default::default()
+            })
+            .await
+            .map(|r| r.into_inner());
+        if let Ok(r) = seen {
+            let got: BTreeMap<String, String> = r
+                .kvs
+                .iter()
+                .map(|kv| {
+                    (
+                        String::from_utf8_lossy(&kv.key).into_owned(),
+                        String::from_utf8_lossy(&kv.value).into_owned(),
+                    )
+                })
+                .collect();
+            if got == acked && r.header.map_or(0, |h| h.revision) == rev {
+                // The compaction came along: reading below it is refused here too.
+                let old = kv
+                    .range(RangeRequest {
+                        key: b"k".to_vec(),
+                        revision: rev - 10,
+                        serializable: true,
+                        ..Default::default()
+                    })
+                    .await
+                    .err()
+                    .ok_or("compacted revision readable")?;
+                assert_eq!(old.code(), tonic::Code::OutOfRange);
+                assert!(
+                    c.data_dir(lagging)?.join("snapshot.bin").exists(),
+                    "caught up from the log, not from a snapshot"
+                );
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            return Err("lagging member never caught up".into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
