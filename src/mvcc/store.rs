@@ -27,6 +27,15 @@ struct State {
     compacted: i64,
 }
 
+impl State {
+    fn index_range(&self, range: &KeyRange, at: i64) -> Vec<(Vec<u8>, KeyRevision)> {
+        self.index
+            .range(range, at)
+            .map(|(k, kr)| (k.to_vec(), *kr))
+            .collect()
+    }
+}
+
 /// The revisioned key-value store of one member.
 pub struct MvccStore {
     storage: Storage,
@@ -208,11 +217,7 @@ impl KvTxn for ReadTxn<'_> {
     }
 
     fn index_range(&self, range: &KeyRange, at: i64) -> Vec<(Vec<u8>, KeyRevision)> {
-        self.state
-            .index
-            .range(range, at)
-            .map(|(k, kr)| (k.to_vec(), *kr))
-            .collect()
+        self.state.index_range(range, at)
     }
 
     fn load(&self, key: &[u8], change: &KeyRevision) -> Result<KeyValue> {
@@ -322,11 +327,7 @@ impl KvTxn for WriteTxn<'_> {
     }
 
     fn index_range(&self, range: &KeyRange, at: i64) -> Vec<(Vec<u8>, KeyRevision)> {
-        self.state
-            .index
-            .range(range, at)
-            .map(|(k, kr)| (k.to_vec(), *kr))
-            .collect()
+        self.state.index_range(range, at)
     }
 
     fn load(&self, key: &[u8], change: &KeyRevision) -> Result<KeyValue> {
