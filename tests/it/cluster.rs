@@ -138,6 +138,11 @@ impl Cluster {
             .collect()
     }
 
+    /// The client URL of member `i`.
+    pub fn client_url(&self, i: usize) -> TestResult<String> {
+        self.url(i)
+    }
+
     fn url(&self, i: usize) -> TestResult<String> {
         let s = self.specs.get(i).ok_or("no such member")?;
         Ok(format!("http://127.0.0.1:{}", s.client_port))

@@ -90,6 +90,20 @@ async fn bad_input_gets_etcd_errors_and_restart_keeps_data() -> TestResult {
     assert_eq!(last.count, whole.count);
     assert_eq!(last.kvs, whole.kvs);
 
+    // grpc.health.v1.Health, as etcd registers it.
+    let channel = tonic::transport::Channel::from_shared(c.client_url(0)?)?
+        .connect()
+        .await?;
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let status = health
+        .check(tonic_health::pb::HealthCheckRequest::default())
+        .await?
+        .into_inner();
+    assert_eq!(
+        status.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+
     c.terminate(0)?;
     c.spawn(0)?;
     c.wait_leader(Duration::from_secs(20)).await?;
