@@ -78,6 +78,14 @@ pub struct Config {
     /// Number of committed entries that trigger a snapshot and log compaction.
     #[arg(long, env = "ETCD_SNAPSHOT_COUNT", default_value_t = 100_000)]
     pub snapshot_count: u64,
+    /// Interval between progress notifications to watches that asked for them.
+    #[arg(
+        long = "experimental-watch-progress-notify-interval",
+        env = "ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL",
+        default_value = "10m",
+        value_parser = parse_duration
+    )]
+    pub watch_progress_notify_interval: Duration,
     /// Log level: debug, info, warn, error.
     #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -167,6 +175,23 @@ impl Config {
             &split_urls(&self.initial_advertise_peer_urls),
             &self.initial_cluster_token,
         )
+    }
+}
+
+/// Parses a Go-style duration: `500ms`, `5s`, `10m`, `1h`.
+///
+/// # Errors
+/// When the text is not a number followed by one of those units.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" | "" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        _ => Err(format!("invalid duration unit in {s:?}")),
     }
 }
 

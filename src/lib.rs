@@ -24,3 +24,4 @@ pub mod raft;
 pub mod rpc;
 pub mod server;
 pub mod storage;
+pub mod watch;

@@ -15,9 +15,11 @@ use crate::pb::concordpb::raft_peer_server::RaftPeerServer;
 use crate::pb::etcdserverpb::cluster_server::ClusterServer;
 use crate::pb::etcdserverpb::kv_server::KvServer;
 use crate::pb::etcdserverpb::maintenance_server::MaintenanceServer;
+use crate::pb::etcdserverpb::watch_server::WatchServer;
 use crate::raft::{RaftNode, RaftOptions};
 use crate::rpc::{
-    cluster::ClusterService, kv::KvService, maintenance::MaintenanceService, Context,
+    cluster::ClusterService, kv::KvService, maintenance::MaintenanceService, watch::WatchService,
+    Context,
 };
 use crate::storage::Storage;
 
@@ -105,6 +107,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
         request_timeout: cfg.request_timeout(),
         max_request_bytes: cfg.max_request_bytes,
         snapshot_every: cfg.snapshot_count,
+        progress_interval: cfg.watch_progress_notify_interval,
     };
     let node = RaftNode::start(id, cluster_id, storage.clone(), &data_dir, options).await?;
     let (stop, stop_rx) = watch::channel(false);
@@ -158,6 +161,9 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
             .max_encoding_message_size(usize::MAX);
         let maintenance = MaintenanceServer::new(MaintenanceService::new(ctx.clone()));
         let cluster = ClusterServer::new(ClusterService::new(ctx.clone()));
+        let watch = WatchServer::new(WatchService::new(ctx.clone(), stop_rx.clone()))
+            .max_decoding_message_size(max_recv)
+            .max_encoding_message_size(usize::MAX);
         let shutdown = stopped(stop_rx.clone());
         tasks.push(tokio::spawn(async move {
             let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
@@ -169,6 +175,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
                 .add_service(kv)
                 .add_service(maintenance)
                 .add_service(cluster)
+                .add_service(watch)
                 .serve_with_incoming_shutdown(incoming, shutdown)
                 .await
             {

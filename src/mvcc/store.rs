@@ -4,15 +4,16 @@
 //! Lock order: the state lock is the only lock here; a [`WriteTxn`] holds it for writing from
 //! start to commit, so readers never see half of a request.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use prost::Message;
 
 use super::{KeyIndex, KeyRange, KeyRevision, Revision};
 use crate::error::{Error, Result};
-use crate::pb::mvccpb::KeyValue;
-use crate::storage::{meta_key, Batch, Space, Storage, StorageError, StorageResult};
+use crate::pb::mvccpb::event::EventType;
+use crate::pb::mvccpb::{Event, KeyValue};
+use crate::storage::{meta_key, Space, Storage, StorageError, StorageResult};
 
 const PUT_TAG: u8 = b'p';
 const TOMBSTONE_TAG: u8 = b't';
@@ -84,11 +85,40 @@ impl MvccStore {
         Ok(WriteTxn {
             storage: &self.storage,
             state: self.state.write().map_err(|_| poisoned())?,
-            batch: self.storage.batch(),
-            pending: HashMap::new(),
+            staged: BTreeMap::new(),
             sub: 0,
             dirty: false,
+            events: Vec::new(),
         })
+    }
+
+    /// Every change with `from <= revision <= to`, in revision order, as watch events (a
+    /// delete's key-value carries only the key and its revision, as in etcd).
+    ///
+    /// # Errors
+    /// [`Error::Compacted`] when `from` is below the compacted revision; a storage failure.
+    pub fn history(&self, from: i64, to: i64) -> Result<Vec<Event>> {
+        let state = self.state.read().map_err(|_| Error::Storage)?;
+        if from < state.compacted {
+            return Err(Error::Compacted);
+        }
+        if from > to {
+            return Ok(Vec::new());
+        }
+        let start = Revision::new(from, 0).to_bytes();
+        let end = Revision::new(to.saturating_add(1), 0).to_bytes();
+        let records = self
+            .storage
+            .scan_range(Space::Kv, &start, &end)
+            .map_err(|_| Error::Storage)?;
+        drop(state);
+        records
+            .iter()
+            .map(|(_, v)| {
+                let (tombstone, kv) = decode_record(v).map_err(|_| Error::Storage)?;
+                Ok(to_event(tombstone, kv))
+            })
+            .collect()
     }
 
     /// The current main revision.
@@ -137,6 +167,27 @@ fn load_state(storage: &Storage) -> StorageResult<State> {
         current: read_i64(meta_key::REVISION, 1)?,
         compacted: read_i64(meta_key::COMPACTED, -1)?,
     })
+}
+
+/// A change as a watch event: a delete carries only the key and the deleting revision.
+fn to_event(tombstone: bool, kv: KeyValue) -> Event {
+    if tombstone {
+        Event {
+            r#type: EventType::Delete as i32,
+            kv: Some(KeyValue {
+                key: kv.key,
+                mod_revision: kv.mod_revision,
+                ..Default::default()
+            }),
+            prev_kv: None,
+        }
+    } else {
+        Event {
+            r#type: EventType::Put as i32,
+            kv: Some(kv),
+            prev_kv: None,
+        }
+    }
 }
 
 fn encode_record(tombstone: bool, kv: &KeyValue) -> Vec<u8> {
@@ -240,13 +291,15 @@ impl KvTxn for ReadTxn<'_> {
 pub struct WriteTxn<'a> {
     storage: &'a Storage,
     state: RwLockWriteGuard<'a, State>,
-    batch: Batch,
-    /// Records written in this batch, readable before commit.
-    pending: HashMap<Revision, Vec<u8>>,
+    /// Writes of this batch by keyspace and key (`None` deletes), readable before commit and
+    /// written as one fjall batch by [`WriteTxn::commit`].
+    staged: BTreeMap<(Space, Vec<u8>), Option<Vec<u8>>>,
     /// Changes made by the current request.
     sub: i64,
     /// Whether anything was written since the batch began.
     dirty: bool,
+    /// The changes of this batch, in revision order, for watchers.
+    events: Vec<Event>,
 }
 
 impl WriteTxn<'_> {
@@ -259,10 +312,11 @@ impl WriteTxn<'_> {
     fn record(&mut self, key: &[u8], change: KeyRevision, value: &[u8]) {
         let kv = key_value(key, &change, value.to_vec());
         let bytes = encode_record(change.is_tombstone(), &kv);
-        self.batch.insert(Space::Kv, &change.rev.to_bytes(), &bytes);
-        self.pending.insert(change.rev, bytes);
+        self.staged
+            .insert((Space::Kv, change.rev.to_bytes().to_vec()), Some(bytes));
         self.state.index.push(key, change);
         self.dirty = true;
+        self.events.push(to_event(change.is_tombstone(), kv));
     }
 
     /// Closes the current request; returns the revision it produced (the current revision if it
@@ -288,32 +342,40 @@ impl WriteTxn<'_> {
             return Err(Error::FutureRevision);
         }
         for rev in self.state.index.compact(at) {
-            self.batch.remove(Space::Kv, &rev.to_bytes());
-            self.pending.remove(&rev);
+            self.staged
+                .insert((Space::Kv, rev.to_bytes().to_vec()), None);
         }
         self.state.compacted = at;
-        self.batch
-            .insert(Space::Meta, meta_key::COMPACTED, &at.to_be_bytes());
+        self.set_meta(meta_key::COMPACTED, &at.to_be_bytes());
         self.dirty = true;
         Ok(())
     }
 
     /// Adds a metadata write (applied index, membership) to the batch.
     pub fn set_meta(&mut self, key: &[u8], value: &[u8]) {
-        self.batch.insert(Space::Meta, key, value);
+        self.staged
+            .insert((Space::Meta, key.to_vec()), Some(value.to_vec()));
     }
 
-    /// Commits the batch; readers see it from now on.
+    /// Commits the batch atomically; readers see it from now on. Returns the batch's events in
+    /// revision order, for the watch hub.
     ///
     /// # Errors
     /// When the batch cannot be written: the member must stop, its memory is ahead of its disk.
-    pub fn commit(mut self) -> StorageResult<()> {
+    pub fn commit(mut self) -> StorageResult<Vec<Event>> {
         if self.dirty {
             let current = self.state.current;
-            self.batch
-                .insert(Space::Meta, meta_key::REVISION, &current.to_be_bytes());
+            self.set_meta(meta_key::REVISION, &current.to_be_bytes());
         }
-        self.batch.commit()
+        let mut batch = self.storage.batch();
+        for ((space, key), value) in std::mem::take(&mut self.staged) {
+            match value {
+                Some(v) => batch.insert(space, &key, &v),
+                None => batch.remove(space, &key),
+            }
+        }
+        batch.commit()?;
+        Ok(self.events)
     }
 }
 
@@ -331,12 +393,15 @@ impl KvTxn for WriteTxn<'_> {
     }
 
     fn load(&self, key: &[u8], change: &KeyRevision) -> Result<KeyValue> {
-        match self.pending.get(&change.rev) {
-            Some(bytes) => {
+        let staged = self
+            .staged
+            .get(&(Space::Kv, change.rev.to_bytes().to_vec()));
+        match staged {
+            Some(Some(bytes)) => {
                 let (_, kv) = decode_record(bytes).map_err(|_| Error::Storage)?;
                 Ok(key_value(key, change, kv.value))
             }
-            None => load_from_disk(self.storage, key, change),
+            _ => load_from_disk(self.storage, key, change),
         }
     }
 

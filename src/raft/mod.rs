@@ -29,6 +29,7 @@ pub use state_machine::StateMachine;
 use crate::apply::{Command, CommandResult};
 use crate::mvcc::MvccStore;
 use crate::storage::{Storage, StorageError};
+use crate::watch::WatchHub;
 
 openraft::declare_raft_types!(
     /// Concord's openraft type configuration.
@@ -58,6 +59,8 @@ pub struct RaftOptions {
     pub max_request_bytes: usize,
     /// Entries between snapshots.
     pub snapshot_every: u64,
+    /// Interval of progress notifications to `progress_notify` watches.
+    pub progress_interval: Duration,
 }
 
 /// One member's Raft state, shared by every RPC.
@@ -68,6 +71,7 @@ pub struct RaftNode {
     pub cluster_id: u64,
     raft: Raft,
     mvcc: Arc<MvccStore>,
+    hub: Arc<WatchHub>,
     options: RaftOptions,
     reads: read::ReadBatcher,
     peers: Arc<network::PeerChannels>,
@@ -88,7 +92,9 @@ impl RaftNode {
         options: RaftOptions,
     ) -> Result<Arc<Self>, StorageError> {
         let mvcc = Arc::new(MvccStore::open(storage.clone())?);
-        let sm = StateMachine::open(storage.clone(), mvcc.clone(), data_dir)
+        let hub = WatchHub::new(mvcc.current_revision());
+        crate::watch::sync::spawn(hub.clone(), mvcc.clone(), options.progress_interval);
+        let sm = StateMachine::open(storage.clone(), mvcc.clone(), hub.clone(), data_dir)
             .map_err(|e| StorageError(e.to_string()))?;
         let log = LogStore::new(storage.clone());
         let election_ms = options.election.as_millis() as u64;
@@ -116,6 +122,7 @@ impl RaftNode {
             cluster_id,
             raft,
             mvcc,
+            hub,
             options,
             reads,
             peers,
@@ -151,6 +158,21 @@ impl RaftNode {
     /// The MVCC store of this member.
     pub fn mvcc(&self) -> &MvccStore {
         &self.mvcc
+    }
+
+    /// The watch hub fed by this member's apply path.
+    pub fn hub(&self) -> &Arc<WatchHub> {
+        &self.hub
+    }
+
+    /// The largest request this member accepts (`--max-request-bytes`).
+    pub fn max_request_bytes(&self) -> usize {
+        self.options.max_request_bytes
+    }
+
+    /// The election timeout.
+    pub fn election_timeout(&self) -> Duration {
+        self.options.election
     }
 
     /// The current Raft term.

@@ -18,8 +18,9 @@ use serde::{Deserialize, Serialize};
 
 use super::TypeConfig;
 use crate::apply::{self, CommandResult};
-use crate::mvcc::MvccStore;
+use crate::mvcc::{KvTxn, MvccStore};
 use crate::storage::{meta_key, Space, Storage};
+use crate::watch::WatchHub;
 
 type Entry = openraft::Entry<TypeConfig>;
 type Membership = StoredMembership<u64, openraft::BasicNode>;
@@ -44,6 +45,7 @@ struct StoredSnapshot {
 pub struct StateMachine {
     storage: Storage,
     mvcc: Arc<MvccStore>,
+    hub: Arc<WatchHub>,
     snapshot_path: PathBuf,
     applied: Option<LogId<u64>>,
     membership: Membership,
@@ -66,6 +68,7 @@ impl StateMachine {
     pub fn open(
         storage: Storage,
         mvcc: Arc<MvccStore>,
+        hub: Arc<WatchHub>,
         data_dir: &std::path::Path,
     ) -> Result<Self, StorageError<u64>> {
         let decode = |key: &[u8]| -> Result<Option<Vec<u8>>, StorageError<u64>> {
@@ -82,6 +85,7 @@ impl StateMachine {
         Ok(StateMachine {
             storage,
             mvcc,
+            hub,
             snapshot_path: data_dir.join("snapshot.bin"),
             applied,
             membership,
@@ -158,7 +162,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
         let applied = bincode::serialize(&self.applied).map_err(sm_err)?;
         w.set_meta(meta_key::APPLIED, &applied);
-        w.commit().map_err(sm_err)?;
+        let revision = w.read_revision();
+        let events = w.commit().map_err(sm_err)?;
+        // After the commit, in apply order: watchers only ever see committed changes.
+        self.hub.publish(revision, &events);
         Ok(results)
     }
 
@@ -237,6 +244,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         batch.commit().map_err(snap_err)?;
         self.storage.persist_state().map_err(snap_err)?;
         self.mvcc.reload().map_err(snap_err)?;
+        self.hub.resync_all(self.mvcc.current_revision());
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         save_snapshot(

@@ -8,6 +8,7 @@ pub mod limits;
 pub mod maintenance;
 pub mod status;
 pub mod validate;
+pub mod watch;
 
 use std::sync::Arc;
 

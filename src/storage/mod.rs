@@ -63,7 +63,7 @@ pub struct Storage {
 }
 
 /// The keyspaces a [`Batch`] can write.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Space {
     /// MVCC records by revision.
     Kv,
@@ -174,6 +174,24 @@ impl Storage {
     /// On a read failure.
     pub fn get(&self, space: Space, key: &[u8]) -> StorageResult<Option<Vec<u8>>> {
         Ok(self.space(space).get(key)?.map(|v| v.to_vec()))
+    }
+
+    /// Entries of a state-machine keyspace with `start <= key < end`, in key order.
+    ///
+    /// # Errors
+    /// On a read failure.
+    pub fn scan_range(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+    ) -> StorageResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for guard in self.space(space).range(start..end) {
+            let (k, v) = guard.into_inner()?;
+            out.push((k.to_vec(), v.to_vec()));
+        }
+        Ok(out)
     }
 
     /// Every entry of a state-machine keyspace, in key order.

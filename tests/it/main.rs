@@ -3,3 +3,4 @@
 mod cluster;
 mod kv_cluster;
 mod kv_single;
+mod watch;

@@ -21,7 +21,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Fja
         let dir = tempfile::tempdir().map_err(|e| err(&e))?;
         let storage = Storage::open(dir.path()).map_err(|e| err(&e))?;
         let mvcc = Arc::new(MvccStore::open(storage.clone()).map_err(|e| err(&e))?);
-        let sm = StateMachine::open(storage.clone(), mvcc, dir.path())?;
+        let hub = crate::watch::WatchHub::new(mvcc.current_revision());
+        let sm = StateMachine::open(storage.clone(), mvcc, hub, dir.path())?;
         Ok((dir, LogStore::new(storage), sm))
     }
 }

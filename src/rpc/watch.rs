@@ -1,0 +1,364 @@
+//! `etcdserverpb.Watch`: one bidirectional stream carrying many watches.
+//!
+//! Per stream, a receive task handles create/cancel/progress requests and a send task turns
+//! hub messages into `WatchResponse`s (filling headers, looking up `prev_kv`, fragmenting), in
+//! one ordered pipeline. Streams opened with `hasleader` end with `etcdserver: no leader` when
+//! the member loses its leader; every stream ends with `etcdserver: server stopped` on shutdown,
+//! so clients resume elsewhere from the last revision they saw.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use prost::Message;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::{fill_header, require_leader, status::status, Context, HAS_LEADER_KEY};
+use crate::error::Error;
+use crate::mvcc::{KeyRange, KvTxn};
+use crate::pb::etcdserverpb::watch_create_request::FilterType;
+use crate::pb::etcdserverpb::watch_request::RequestUnion;
+use crate::pb::etcdserverpb::watch_server::Watch;
+use crate::pb::etcdserverpb::{ResponseHeader, WatchCreateRequest, WatchRequest, WatchResponse};
+use crate::pb::mvccpb::event::EventType;
+use crate::pb::mvccpb::Event;
+use crate::raft::RaftNode;
+use crate::watch::{StreamMsg, WatchHub, WatchSpec};
+
+/// Hub messages buffered per stream before its watchers are moved aside as slow.
+const STREAM_BUFFER: usize = 256;
+/// etcd's error when a client reuses a watch id on one stream.
+const DUPLICATE_WATCH_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream";
+
+/// The Watch service.
+pub struct WatchService {
+    ctx: Context,
+    stop: watch::Receiver<bool>,
+}
+
+impl WatchService {
+    /// A Watch service over `ctx`; streams end when `stop` turns true.
+    pub fn new(ctx: Context, stop: watch::Receiver<bool>) -> Self {
+        WatchService { ctx, stop }
+    }
+}
+
+type WatchOut = Pin<Box<dyn Stream<Item = Result<WatchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Watch for WatchService {
+    async fn watch(
+        &self,
+        req: Request<Streaming<WatchRequest>>,
+    ) -> Result<Response<WatchOut>, Status> {
+        require_leader(&self.ctx.node, &req)?;
+        let needs_leader = req
+            .metadata()
+            .get(HAS_LEADER_KEY)
+            .is_some_and(|v| v.as_bytes() == b"true");
+        let node = self.ctx.node.clone();
+        let stream = node.hub().new_stream();
+        let (msg_tx, msg_rx) = mpsc::channel(STREAM_BUFFER);
+        let (out_tx, out_rx) = mpsc::channel(16);
+        tokio::spawn(receive(node.clone(), stream, req.into_inner(), msg_tx));
+        tokio::spawn(send(node, msg_rx, out_tx, needs_leader, self.stop.clone()));
+        Ok(Response::new(Box::pin(ReceiverStream::new(out_rx))))
+    }
+}
+
+/// Handles the client's requests until it closes the stream or the send side ends.
+async fn receive(
+    node: Arc<RaftNode>,
+    stream: u64,
+    mut incoming: Streaming<WatchRequest>,
+    tx: mpsc::Sender<StreamMsg>,
+) {
+    let hub = node.hub().clone();
+    // Client watch id -> hub id.
+    let mut watches: HashMap<i64, u64> = HashMap::new();
+    let mut next_auto: i64 = 0;
+    loop {
+        let req = tokio::select! {
+            r = incoming.message() => r,
+            _ = tx.closed() => break,
+        };
+        let Ok(Some(req)) = req else { break };
+        let control = match req.request_union {
+            Some(RequestUnion::CreateRequest(c)) => {
+                create(&hub, stream, c, &mut watches, &mut next_auto, &tx)
+            }
+            Some(RequestUnion::CancelRequest(c)) => match watches.remove(&c.watch_id) {
+                Some(id) if hub.cancel(id) => Some(WatchResponse {
+                    header: Some(ResponseHeader {
+                        revision: hub.published(),
+                        ..Default::default()
+                    }),
+                    watch_id: c.watch_id,
+                    canceled: true,
+                    ..Default::default()
+                }),
+                _ => None,
+            },
+            Some(RequestUnion::ProgressRequest(_)) => {
+                hub.request_progress(stream, tx.clone());
+                None
+            }
+            None => None,
+        };
+        if let Some(resp) = control {
+            if tx.send(StreamMsg::Control(resp)).await.is_err() {
+                break;
+            }
+        }
+    }
+    let ids: Vec<u64> = watches.values().copied().collect();
+    hub.drop_stream(stream, &ids);
+}
+
+/// Registers a watch; returns the `created` response (sent before any of its events, since
+/// the watch starts after the revision in its header).
+fn create(
+    hub: &Arc<WatchHub>,
+    stream: u64,
+    c: WatchCreateRequest,
+    watches: &mut HashMap<i64, u64>,
+    next_auto: &mut i64,
+    tx: &mpsc::Sender<StreamMsg>,
+) -> Option<WatchResponse> {
+    let published = hub.published();
+    let header = Some(ResponseHeader {
+        revision: published,
+        ..Default::default()
+    });
+    let watch_id = if c.watch_id > 0 {
+        if watches.contains_key(&c.watch_id) {
+            return Some(WatchResponse {
+                header,
+                watch_id: -1,
+                created: true,
+                canceled: true,
+                cancel_reason: DUPLICATE_WATCH_ID.into(),
+                ..Default::default()
+            });
+        }
+        c.watch_id
+    } else {
+        while watches.contains_key(next_auto) {
+            *next_auto += 1;
+        }
+        let id = *next_auto;
+        *next_auto += 1;
+        id
+    };
+    // As etcd: an empty key means "\0", the smallest key.
+    let key = if c.key.is_empty() { vec![0] } else { c.key };
+    let spec = WatchSpec {
+        watch_id,
+        range: KeyRange::new(&key, &c.range_end),
+        no_put: c.filters.contains(&(FilterType::Noput as i32)),
+        no_delete: c.filters.contains(&(FilterType::Nodelete as i32)),
+        prev_kv: c.prev_kv,
+        fragment: c.fragment,
+        progress_notify: c.progress_notify,
+    };
+    let start = if c.start_revision > 0 {
+        c.start_revision
+    } else {
+        published + 1
+    };
+    // Queue `created` first, then register: every event of the watch comes after it.
+    let created = WatchResponse {
+        header,
+        watch_id,
+        created: true,
+        ..Default::default()
+    };
+    if tx.try_send(StreamMsg::Control(created)).is_err() {
+        return Some(WatchResponse {
+            header: Some(ResponseHeader {
+                revision: published,
+                ..Default::default()
+            }),
+            watch_id,
+            created: true,
+            canceled: true,
+            cancel_reason: "etcdserver: too many requests".into(),
+            ..Default::default()
+        });
+    }
+    let id = hub.watch(stream, spec, start, tx.clone());
+    watches.insert(watch_id, id);
+    None
+}
+
+/// Turns hub messages into responses until the stream ends, the member loses its leader (for
+/// `hasleader` streams) or the server stops.
+async fn send(
+    node: Arc<RaftNode>,
+    mut rx: mpsc::Receiver<StreamMsg>,
+    out: mpsc::Sender<Result<WatchResponse, Status>>,
+    needs_leader: bool,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut leader_check = tokio::time::interval(node.election_timeout());
+    loop {
+        tokio::select! {
+            msg = rx.recv() => {
+                let Some(msg) = msg else { return };
+                for resp in respond(&node, msg) {
+                    if out.send(Ok(resp)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            _ = leader_check.tick(), if needs_leader => {
+                if node.leader().is_none() {
+                    let _ = out.send(Err(status(Error::NoLeader))).await;
+                    return;
+                }
+            }
+            _ = stop.changed() => {
+                let _ = out.send(Err(status(Error::Stopped))).await;
+                return;
+            }
+        }
+    }
+}
+
+/// The response(s) for one hub message: headers filled, `prev_kv` looked up, fragmented when
+/// the watch asked for it and the response is bigger than the request limit.
+fn respond(node: &RaftNode, msg: StreamMsg) -> Vec<WatchResponse> {
+    let header = |revision: i64| {
+        let mut h = Some(ResponseHeader {
+            revision,
+            ..Default::default()
+        });
+        fill_header(node, &mut h);
+        h
+    };
+    match msg {
+        StreamMsg::Control(mut resp) => {
+            let rev = resp.header.as_ref().map_or(0, |h| h.revision);
+            resp.header = header(rev);
+            vec![resp]
+        }
+        StreamMsg::Progress { watch_id, revision } => vec![WatchResponse {
+            header: header(revision),
+            watch_id,
+            ..Default::default()
+        }],
+        StreamMsg::Compacted {
+            watch_id,
+            compact_revision,
+        } => vec![WatchResponse {
+            header: header(0),
+            watch_id,
+            canceled: true,
+            compact_revision,
+            ..Default::default()
+        }],
+        StreamMsg::Events {
+            spec,
+            revision,
+            mut events,
+        } => {
+            if spec.prev_kv {
+                add_prev_kvs(node, &mut events);
+            }
+            let whole = WatchResponse {
+                header: header(revision),
+                watch_id: spec.watch_id,
+                events,
+                ..Default::default()
+            };
+            if spec.fragment {
+                fragment(whole, node.max_request_bytes())
+            } else {
+                vec![whole]
+            }
+        }
+    }
+}
+
+/// As etcd: every event but a creation gets the key's value just before the event's revision.
+fn add_prev_kvs(node: &RaftNode, events: &mut [Event]) {
+    let Ok(read) = node.mvcc().read() else {
+        return;
+    };
+    for e in events.iter_mut() {
+        let Some(kv) = &e.kv else { continue };
+        let is_create = e.r#type == EventType::Put as i32 && kv.create_revision == kv.mod_revision;
+        if is_create || kv.mod_revision - 1 < read.compacted_revision() {
+            continue;
+        }
+        let found = read.index_range(&KeyRange::Single(kv.key.clone()), kv.mod_revision - 1);
+        if let Some((key, change)) = found.first() {
+            e.prev_kv = read.load(key, change).ok();
+        }
+    }
+}
+
+/// Splits a response whose size exceeds `limit` into several, all but the last marked
+/// `fragment`, as etcd's `sendFragments`.
+fn fragment(whole: WatchResponse, limit: usize) -> Vec<WatchResponse> {
+    if whole.encoded_len() < limit || whole.events.len() < 2 {
+        return vec![whole];
+    }
+    let empty = WatchResponse {
+        header: whole.header,
+        watch_id: whole.watch_id,
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    let mut current = empty.clone();
+    for e in whole.events {
+        if !current.events.is_empty() && current.encoded_len() + e.encoded_len() > limit {
+            let mut done = std::mem::replace(&mut current, empty.clone());
+            done.fragment = true;
+            out.push(done);
+        }
+        current.events.push(e);
+    }
+    out.push(current);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::mvccpb::KeyValue;
+
+    #[test]
+    fn fragments_split_big_responses_and_mark_all_but_the_last() {
+        let events: Vec<Event> = (0..10)
+            .map(|i| Event {
+                kv: Some(KeyValue {
+                    key: format!("k{i}").into_bytes(),
+                    value: vec![b'x'; 100],
+                    mod_revision: 5,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .collect();
+        let whole = WatchResponse {
+            watch_id: 3,
+            events,
+            ..Default::default()
+        };
+        let parts = fragment(whole.clone(), 350);
+        assert!(parts.len() > 1);
+        assert!(parts
+            .iter()
+            .all(|p| p.encoded_len() <= 350 || p.events.len() == 1));
+        let flags: Vec<bool> = parts.iter().map(|p| p.fragment).collect();
+        assert_eq!(flags.last(), Some(&false));
+        assert!(flags.iter().rev().skip(1).all(|f| *f));
+        let joined: Vec<Event> = parts.into_iter().flat_map(|p| p.events).collect();
+        assert_eq!(joined, whole.events);
+        assert_eq!(fragment(whole.clone(), 1 << 20).len(), 1);
+    }
+}
