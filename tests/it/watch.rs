@@ -418,3 +418,178 @@ async fn a_watch_resumed_after_a_leader_kill_has_no_gap_or_duplicate() -> TestRe
     assert!(revs.windows(2).all(|p| p[0] < p[1]), "strictly increasing");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_list_then_watch_with_progress_and_compaction() -> TestResult {
+    use concord::pb::etcdserverpb::RangeRequest;
+    let c = Cluster::start(1)?;
+    c.wait_leader(Duration::from_secs(20)).await?;
+    for i in 0..25 {
+        put(&c, 0, &format!("/registry/pods/p{i:02}"), "spec").await?;
+    }
+    // Paginated list at one revision: limit 10, continue from the last key + "\0".
+    let mut kv = c.kv(0).await?;
+    let mut key = b"/registry/pods/".to_vec();
+    let end = b"/registry/pods0".to_vec();
+    let mut list_rev = 0;
+    let mut listed = Vec::new();
+    loop {
+        let page = kv
+            .range(RangeRequest {
+                key: key.clone(),
+                range_end: end.clone(),
+                limit: 10,
+                revision: list_rev,
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        if list_rev == 0 {
+            list_rev = page.header.map_or(0, |h| h.revision);
+        }
+        listed.extend(page.kvs.iter().map(|kv| kv.key.clone()));
+        // Writes landing mid-list must not show up in later pages.
+        put(&c, 0, "/registry/pods/zz-late", "x").await?;
+        if !page.more {
+            break;
+        }
+        key = page
+            .kvs
+            .last()
+            .map(|kv| kv.key.clone())
+            .ok_or("empty page")?;
+        key.push(0);
+    }
+    assert_eq!(listed.len(), 25);
+
+    // Watch from list revision + 1 with prev_kv: sees exactly the writes after the list.
+    let mut w = Conn::open(&c, 0).await?;
+    w.create(WatchCreateRequest {
+        start_revision: list_rev + 1,
+        prev_kv: true,
+        progress_notify: true,
+        ..watch_prefix("/registry/pods/")
+    })
+    .await?;
+    let head = put(&c, 0, "/registry/pods/p00", "updated").await?;
+    let events = w.events_until(head).await?;
+    assert_contiguous(&events, list_rev + 1, head);
+    let last = events.last().ok_or("no event")?;
+    assert_eq!(
+        last.prev_kv.as_ref().map(|p| p.value.clone()),
+        Some(b"spec".to_vec())
+    );
+
+    // A progress answer promises every event up to its revision was delivered.
+    w.send(RequestUnion::ProgressRequest(WatchProgressRequest {}))
+        .await?;
+    let p = w.next().await?.ok_or("no progress")?;
+    assert_eq!((p.watch_id, p.header.map_or(0, |h| h.revision)), (-1, head));
+
+    // Compaction past an old watch's start: it is canceled with compact_revision.
+    kv.compact(CompactionRequest {
+        revision: head,
+        physical: false,
+    })
+    .await?;
+    let mut old = Conn::open(&c, 0).await?;
+    old.create(WatchCreateRequest {
+        start_revision: list_rev,
+        ..watch_prefix("/registry/pods/")
+    })
+    .await?;
+    let resp = old.next().await?.ok_or("no answer")?;
+    assert!(resp.canceled && resp.compact_revision == head);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_waits_for_catch_up_and_notifications_are_periodic() -> TestResult {
+    let c = Cluster::start_with(
+        1,
+        &["--experimental-watch-progress-notify-interval", "200ms"],
+    )?;
+    c.wait_leader(Duration::from_secs(20)).await?;
+    let first = put(&c, 0, "p/0", "0").await?;
+    let mut last = first;
+    for i in 1..2000 {
+        last = put(&c, 0, &format!("p/{}", i % 10), "v").await?;
+    }
+    // A watch replaying 2000 revisions, then an immediate progress request: the answer must
+    // come after every replayed event.
+    let mut w = Conn::open(&c, 0).await?;
+    w.create(WatchCreateRequest {
+        start_revision: first,
+        ..watch_prefix("p/")
+    })
+    .await?;
+    w.send(RequestUnion::ProgressRequest(WatchProgressRequest {}))
+        .await?;
+    let mut events = Vec::new();
+    loop {
+        let resp = w.next().await?.ok_or("stream ended")?;
+        if resp.watch_id == -1 {
+            assert_eq!(resp.header.map_or(0, |h| h.revision), last);
+            break;
+        }
+        events.extend(resp.events);
+    }
+    assert_contiguous(&events, first, last);
+
+    // progress_notify: periodic notifications with the watch's own id.
+    let id = w
+        .create(WatchCreateRequest {
+            progress_notify: true,
+            ..watch_key("quiet")
+        })
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let resp = w.next().await?.ok_or("stream ended")?;
+        if resp.watch_id == id && resp.events.is_empty() && !resp.created {
+            assert_eq!(resp.header.map_or(0, |h| h.revision), last);
+            break;
+        }
+        assert!(Instant::now() < deadline, "no progress notification");
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hasleader_watch_ends_with_no_leader_on_a_minority() -> TestResult {
+    let mut c = Cluster::start(3)?;
+    let leader = c.wait_leader(Duration::from_secs(20)).await?;
+    let follower = (leader + 1) % 3;
+    let (tx, req_rx) = mpsc::channel(4);
+    let mut client = WatchClient::connect(c.client_url(follower)?).await?;
+    let mut req = tonic::Request::new(ReceiverStream::new(req_rx));
+    req.metadata_mut().insert(
+        "hasleader",
+        tonic::metadata::MetadataValue::from_static("true"),
+    );
+    let mut rx = client.watch(req).await?.into_inner();
+    tx.send(WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(watch_key("x"))),
+    })
+    .await?;
+    assert!(rx.message().await?.is_some_and(|r| r.created));
+    // Leave the follower alone.
+    c.kill(leader)?;
+    c.kill((leader + 2) % 3)?;
+    let err = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match rx.message().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => return None,
+                Err(e) => return Some(e),
+            }
+        }
+    })
+    .await?
+    .ok_or("stream ended without an error")?;
+    assert_eq!(
+        (err.code(), err.message()),
+        (tonic::Code::Unavailable, "etcdserver: no leader")
+    );
+    Ok(())
+}
