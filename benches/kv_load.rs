@@ -9,7 +9,6 @@
 //! BENCH_TARGET_URL=http://127.0.0.1:2379 cargo bench --bench kv_load   # puts against one server
 //! ```
 
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,83 +16,9 @@ use concord::pb::etcdserverpb::kv_client::KvClient;
 use concord::pb::etcdserverpb::{PutRequest, RangeRequest};
 use tonic::transport::Channel;
 
-type BoxResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+mod common;
 
-struct Server {
-    child: Child,
-    url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> BoxResult<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-fn start(binary: &str, extra: &[&str]) -> BoxResult<Server> {
-    let dir = tempfile::tempdir_in(std::env::var("BENCH_DIR").unwrap_or_else(|_| "/tmp".into()))?;
-    let (client, peer) = (free_port()?, free_port()?);
-    let url = format!("http://127.0.0.1:{client}");
-    let peer_url = format!("http://127.0.0.1:{peer}");
-    let child = Command::new(binary)
-        .args([
-            "--name",
-            "bench",
-            "--data-dir",
-            &dir.path().join("data").to_string_lossy(),
-            "--listen-client-urls",
-            &url,
-            "--advertise-client-urls",
-            &url,
-            "--listen-peer-urls",
-            &peer_url,
-            "--initial-advertise-peer-urls",
-            &peer_url,
-            "--initial-cluster",
-            &format!("bench={peer_url}"),
-            "--log-level",
-            "error",
-        ])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    Ok(Server {
-        child,
-        url,
-        _dir: dir,
-    })
-}
-
-async fn connect(url: &str) -> BoxResult<KvClient<Channel>> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(mut c) = KvClient::connect(url.to_string()).await {
-            let ready = c
-                .put(PutRequest {
-                    key: b"warmup".to_vec(),
-                    value: b"x".to_vec(),
-                    ..Default::default()
-                })
-                .await;
-            if ready.is_ok() {
-                return Ok(c);
-            }
-        }
-        if Instant::now() > deadline {
-            return Err(format!("{url} not ready").into());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+use common::{connect, env_usize, etcd_binary, percentile, start, BoxResult};
 
 #[derive(Clone, Copy)]
 enum Workload {
@@ -156,32 +81,11 @@ async fn run(url: &str, w: Workload, clients: usize, ops: usize) -> BoxResult<Ou
     }
     let elapsed = started.elapsed();
     all.sort();
-    let pct = |p: f64| {
-        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or_default()
-    };
     Ok(Outcome {
         ops_per_sec: all.len() as f64 / elapsed.as_secs_f64(),
-        p50: pct(0.50),
-        p99: pct(0.99),
+        p50: percentile(&all, 0.50),
+        p99: percentile(&all, 0.99),
     })
-}
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn etcd_binary() -> BoxResult<String> {
-    if let Ok(dir) = std::env::var("ETCD_REF_BIN") {
-        return Ok(format!("{dir}/etcd"));
-    }
-    let out = Command::new("scripts/install-test-tools.sh").output()?;
-    let dir = String::from_utf8(out.stdout)?.trim().to_string();
-    Ok(format!("{dir}/etcd"))
 }
 
 #[tokio::main]

@@ -28,6 +28,24 @@ ids, member ids, raft terms, lease ids (hex in simple output, decimal in json /
 fields output) and endpoint addresses are replaced by placeholders.  Revisions are
 never normalized.
 
+Watch scenarios (all named watch_*, so `--skip watch_` leaves them out) also use
+background steps: BG starts a long-running `etcdctl watch ...` on both servers and
+keeps its stdin open (interactive `watch -i` commands are written to it, SEND writes
+more); WAIT blocks until a watcher has printed N complete stdout lines; STOP waits
+for N lines, then ends the watcher (SIGTERM, or EOF on stdin for `watch -i`) and
+compares its exit code, stdout and stderr like any other step.  Line counts, not
+sleeps, keep this deterministic: a non-interactive watcher is started with
+--rev={R+k} where R+k is the revision of the next write (a "sentinel" on a key the
+watch covers), and nothing else is written until the sentinel event has been
+printed, so the watch is known to be established and every later revision arrives
+in its own response whether or not the watch was created before the sentinel put;
+in `watch -i`, a `progress` line after the watch lines plays the same role (etcdctl
+only reads the next line once the server confirmed the watch).  With --cluster 3
+the background watchers of a scenario (and every other `watch` invocation) run on
+a member that no later write of that scenario goes to, after a linearizable `get`
+on that member so that it has applied all earlier writes.  The server under test
+gets at most WAIT_GRACE seconds more than the reference to print a watcher's lines.
+
 Prints `PASS name (etcdctl X)` / `FAIL name (etcdctl X)` (+ a unified diff of the
 first differing step) per scenario and finally `N passed, M failed`; exits 1 if
 anything failed.
@@ -48,10 +66,16 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 
 STEP_TIMEOUT = 20.0       # seconds for one etcdctl invocation
+WATCH_EXIT_TIMEOUT = 5.0  # seconds for a `watch` that is expected to end by itself (W steps)
+WAIT_TIMEOUT = 5.0        # seconds a WAIT/STOP step waits for a background watcher's lines
+WAIT_GRACE = 2.0          # ... at most this long after the reference watcher got its lines
+WAIT_GRACE_LATE = 0.5     # ... once the server under test has been late in the scenario
+STOP_SETTLE = 0.1         # extra time for unexpected output before a watcher is stopped
 READY_TIMEOUT = 30.0      # seconds for servers to become healthy
 
 # --------------------------------------------------------------------------
@@ -68,6 +92,17 @@ class Step:
     argv: list[str]
     stdin: str | None = None
     capture: str | None = None   # capture the lease id printed by `lease grant`
+    kind: str = "run"            # run | bg | wait | send | stop (see BG/WAIT/SEND/STOP)
+    name: str | None = None      # background watcher name (bg/wait/send/stop)
+    lines: int = 0               # wait/stop: stdout lines to wait for
+    eof: bool = False            # stop: close stdin (watch -i) instead of SIGTERM
+    canon: str | None = None     # stop: "rev" = sort stdout lines by (revision, text)
+    timeout: float = STEP_TIMEOUT
+
+    @property
+    def command(self) -> str:
+        """The etcdctl command word (first argument that is not a flag)."""
+        return next((a for a in self.argv if not a.startswith("-")), "")
 
 
 @dataclass
@@ -96,6 +131,35 @@ def scenario(name: str, *steps) -> None:
 
 def TXN(stdin: str, flags: str = "") -> Step:
     return S("txn " + flags, stdin=stdin)
+
+
+def W(cmd: str, stdin: str | None = None) -> Step:
+    """A `watch` invocation that is expected to end by itself (argument errors,
+    compacted revision, `watch -i` hitting EOF): a normal step with a short timeout."""
+    return Step(shlex.split(cmd), stdin=stdin, timeout=WATCH_EXIT_TIMEOUT)
+
+
+def BG(name: str, cmd: str, stdin: str | None = None) -> Step:
+    """Start `etcdctl <cmd>` in the background (on the scenario's watch member);
+    `stdin` is written to it but stdin stays open.  Not compared by itself."""
+    return Step(shlex.split(cmd), stdin=stdin, kind="bg", name=name)
+
+
+def WAIT(name: str, lines: int) -> Step:
+    """Wait until watcher `name` has printed `lines` complete stdout lines (or it
+    exited, or timed out: see wait_lines).  Not compared by itself."""
+    return Step([], kind="wait", name=name, lines=lines)
+
+
+def SEND(name: str, text: str) -> Step:
+    """Write more stdin to watcher `name` (`watch -i` commands)."""
+    return Step([], stdin=text, kind="send", name=name)
+
+
+def STOP(name: str, lines: int, eof: bool = False, canon: str | None = None) -> Step:
+    """Wait for `lines` stdout lines like WAIT, then end watcher `name` (SIGTERM, or
+    close its stdin if eof) and compare its exit code, stdout and stderr."""
+    return Step([], kind="stop", name=name, lines=lines, eof=eof, canon=canon)
 
 
 def txn_input(compares=(), success=(), failure=()) -> str:
@@ -626,6 +690,134 @@ def build_scenarios() -> None:
              "get '' --prefix --count-only -w fields",
              "get --from-key '' --keys-only --limit 3 -w json",
              "get --prefix {P} -w json")
+    build_watch_scenarios()
+
+
+def build_watch_scenarios() -> None:
+    # Line counts for WAIT/STOP: simple output prints 3 lines per event (type, key,
+    # value; a DELETE's value line is empty), 5 with a prev_kv; json prints 1 line per
+    # response (a replay from --rev sends all past revisions in one response whose
+    # header revision is the current one, a live watcher one response per revision);
+    # fields prints 4 header lines per response + per event 1 type line, 6 for the
+    # prev_kv if any and 6 for the kv.  `progress` prints `progress notify: REV` once
+    # per watch of the `watch -i` session (+ 1 json line each with -w json).
+    scenario("watch_arg_errors",
+             W("watch"),
+             W("watch --prefix {P}a {P}b"),
+             W("watch {P}b {P}a"),
+             W("watch {P}a {P}a -w json"),
+             W("watch -i", stdin=""),
+             W("watch -i", stdin="bogus\n\n  \nwatch\nwatch --prefix {P}a {P}b\nprogress extra\n"))
+    scenario("watch_single_key",
+             BG("w", "watch {P}k --rev={R+1}"),
+             "put {P}k sentinel",                                        # R+1
+             WAIT("w", 3),
+             "put {P}k v1",                                              # R+2
+             "put {P}kk not-watched",                                    # R+3
+             "put {P}j not-watched",                                     # R+4
+             "del {P}k",                                                 # R+5
+             "del {P}k",                                                 # (no revision)
+             "put {P}k 'after delete'",                                  # R+6
+             TXN(txn_input([], ['put {P}j x', 'put {P}k in-txn', 'put {P}kk y'])),   # R+7
+             TXN(txn_input(['value("{P}k") = "nope"'], ['put {P}k success'],
+                           ['put {P}k failure'])),                       # R+8
+             TXN(txn_input([], ['get {P}k', 'del {P}kk'])),              # R+9 (not watched)
+             "put {P}k 'two\nlines'",                                    # R+10
+             STOP("w", 22),
+             "get {P}k -w json")
+    scenario("watch_prefix_json",
+             S("lease grant 600", capture="L"),
+             BG("w", "watch --prefix {P} --rev={R+1} -w json"),
+             "put {P}sentinel s",                                        # R+1
+             WAIT("w", 1),
+             "put {P}a 1",                                               # R+2
+             "put {P}b 2 --lease={L:L}",                                 # R+3
+             TXN(txn_input([], ['put {P}c 3', 'put {P}a 10', 'del {P}sentinel',
+                                'put {P}d 4 --lease={L:L}', 'get --prefix {P}'])),  # R+4
+             "del --prefix {P}a",                                        # R+5
+             "lease revoke {L:L}",                                       # R+6 (b, d)
+             "del --prefix {P}",                                         # R+7 (c)
+             "del --prefix {P}",                                         # (no revision)
+             "put {P}e 5",                                               # R+8
+             STOP("w", 8))
+    scenario("watch_range_prev_kv_fields",
+             "put {P}b0 pre",                                            # R+1
+             BG("w", "watch {P}b {P}d --prev-kv --rev={R+2}"),
+             BG("f", "watch {P}b {P}d --prev-kv --rev={R+2} -w fields"),
+             BG("all", "watch --prefix '' --rev={R+2} -w json"),
+             "put {P}b sentinel",                                        # R+2
+             WAIT("w", 3), WAIT("f", 11), WAIT("all", 1),
+             "put {P}a out", "put {P}d out", "put {P}e out",             # R+3..R+5
+             "put {P}c 1",                                               # R+6
+             "put {P}b0 changed",                                        # R+7
+             "put {P}c 2 --prev-kv",                                     # R+8
+             "del {P}a {P}cz",                                           # R+9 (a, b, b0, c)
+             "put {P}b again",                                           # R+10
+             STOP("w", 34), STOP("f", 110), STOP("all", 9))
+    scenario("watch_rev_history",
+             "put {P}k v1",                                              # R+1
+             "put {P}k v2",                                              # R+2
+             "put {P}j j1",                                              # R+3
+             "del {P}k",                                                 # R+4
+             "put {P}k v3",                                              # R+5 put after delete
+             "put {P}j j2",                                              # R+6
+             BG("all", "watch --prefix {P} --rev={R+1}"),
+             BG("k3", "watch {P}k --rev={R+3} -w json"),                 # before the delete
+             BG("k5", "watch {P}k --rev={R+5} --prev-kv"),               # the put after it
+             BG("pk", "watch --prefix {P} --rev={R+2} --prev-kv -w json"),
+             BG("ff", "watch {P}j --rev={R+3} --prev-kv -w fields"),
+             BG("fut", "watch {P}k --rev={R+8}"),                        # future revision
+             WAIT("all", 18), WAIT("k3", 1), WAIT("k5", 3), WAIT("pk", 1), WAIT("ff", 24),
+             "put {P}k v4",                                              # R+7
+             "put {P}k v5",                                              # R+8
+             "put {P}j j3",                                              # R+9
+             STOP("all", 27), STOP("k3", 3), STOP("k5", 13), STOP("pk", 4), STOP("ff", 41),
+             STOP("fut", 3))
+    scenario("watch_compacted",
+             "put {P}k v1",                                              # R+1
+             "put {P}k v2",                                              # R+2
+             "put {P}j j1",                                              # R+3
+             "put {P}k v3",                                              # R+4
+             "compaction {R+3}",
+             W("watch {P}k --rev={R+1}"),
+             W("watch --prefix {P} --rev={R+2} -w json"),
+             W("watch {P}k --rev=1 --prev-kv -w fields"),
+             BG("at", "watch --prefix {P} --rev={R+3} --prev-kv"),       # = compact revision
+             STOP("at", 8))
+    scenario("watch_interactive",
+             BG("i", "watch -i", stdin="watch {P}a\nwatch --prefix {P}b\nprogress\n"),
+             WAIT("i", 2),
+             "put {P}a 1",                                               # R+1
+             WAIT("i", 5),
+             "put {P}b1 x",                                              # R+2
+             WAIT("i", 8),
+             "put {P}c unwatched",                                       # R+3
+             "put {P}a 2",                                               # R+4
+             WAIT("i", 11),
+             SEND("i", "watch --rev={R+1} --prev-kv {P}c\n"),
+             WAIT("i", 14),
+             SEND("i", "progress\n"),
+             WAIT("i", 17),
+             "put {P}c again",                                           # R+5
+             WAIT("i", 22),
+             TXN(txn_input([], ['put {P}b2 y', 'put {P}d z'])),          # R+6
+             STOP("i", 25, eof=True))
+    # Two watches of one `watch -i` session covering the same key print the same
+    # revision concurrently (one goroutine each): canon="rev" sorts stdout lines by
+    # (revision, text).
+    scenario("watch_interactive_json_overlap",
+             BG("i", "watch -i -w json", stdin="watch {P}a\nwatch --prefix {P}\nprogress\n"),
+             WAIT("i", 4),
+             "put {P}a 1",                                               # R+1
+             WAIT("i", 6),
+             TXN(txn_input([], ['put {P}a 2', 'put {P}b 3'])),           # R+2
+             WAIT("i", 8),
+             "put {P}b 4",                                               # R+3
+             WAIT("i", 9),
+             SEND("i", "watch --rev={R+1} {P}b\n"),
+             WAIT("i", 10),
+             "del --prefix {P}",                                         # R+4
+             STOP("i", 13, eof=True, canon="rev"))
 
 
 # --------------------------------------------------------------------------
@@ -824,11 +1016,111 @@ class Ctl:
         return self.finish(p, stdin, time.time() + timeout)
 
 
-def run_pair(ctl: Ctl, ep_a: str, argv_a, stdin_a, ep_b: str, argv_b, stdin_b) -> tuple[Result, Result]:
+class BgProc:
+    """A background etcdctl (a watcher): threads collect its stdout and stderr."""
+
+    def __init__(self, ctl: Ctl, endpoint: str, argv: list[str], stdin: str | None):
+        self.argv = argv
+        self.p = ctl.start(endpoint, argv, None)
+        _PROCS.append(self.p)
+        self.out = bytearray()
+        self.err = bytearray()
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._pump, args=(f, buf), daemon=True)
+                        for f, buf in ((self.p.stdout, self.out), (self.p.stderr, self.err))]
+        for t in self.threads:
+            t.start()
+        if stdin:
+            self.send(stdin)
+
+    def _pump(self, f, buf: bytearray) -> None:
+        fd = f.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            with self.lock:
+                buf.extend(chunk)
+
+    def send(self, text: str) -> None:
+        try:
+            self.p.stdin.write(text.encode())
+            self.p.stdin.flush()
+        except (OSError, ValueError):       # already exited / stdin closed
+            pass
+
+    def lines(self) -> int:
+        with self.lock:
+            return self.out.count(b"\n")
+
+    def finished(self) -> bool:
+        return self.p.poll() is not None and not any(t.is_alive() for t in self.threads)
+
+    def stop(self, eof: bool) -> Result:
+        if self.p.poll() is None:
+            if eof:
+                self._close_stdin()
+            else:
+                # not SIGINT: Go keeps an inherited SIG_IGN for SIGINT (e.g. when the
+                # harness runs as a background job), but always dies on SIGTERM
+                self.p.send_signal(signal.SIGTERM)
+        code: int | str
+        try:
+            code = self.p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait(timeout=5)
+            code = "HUNG (killed)"
+        self._close_stdin()
+        for t in self.threads:
+            t.join(timeout=5)
+        for f in (self.p.stdout, self.p.stderr):
+            try:
+                f.close()
+            except OSError:
+                pass
+        if self.p in _PROCS:
+            _PROCS.remove(self.p)
+        with self.lock:
+            return Result(code, self.out.decode("utf-8", "replace"),
+                          self.err.decode("utf-8", "replace"))
+
+    def _close_stdin(self) -> None:
+        try:
+            self.p.stdin.close()
+        except (OSError, ValueError):
+            pass
+
+
+def wait_lines(bp_ref: BgProc, bp_test: BgProc, n: int, test_late: bool) -> tuple[bool, bool]:
+    """Wait until both watchers have printed n complete stdout lines (or exited).
+    The reference gets WAIT_TIMEOUT; the server under test as long, but at most
+    WAIT_GRACE (WAIT_GRACE_LATE if test_late) after the reference was done.
+    Returns whether each side reached n lines."""
+    now = time.time()
+    deadline = now + WAIT_TIMEOUT
+    grace = WAIT_GRACE_LATE if test_late else WAIT_GRACE
+    ref_done_at: float | None = None
+    while True:
+        now = time.time()
+        if ref_done_at is None and (bp_ref.lines() >= n or bp_ref.finished() or now > deadline):
+            ref_done_at = now
+        test_done = (bp_test.lines() >= n or bp_test.finished() or now > deadline
+                     or (ref_done_at is not None and now > ref_done_at + grace))
+        if ref_done_at is not None and test_done:
+            return bp_ref.lines() >= n, bp_test.lines() >= n
+        time.sleep(0.01)
+
+
+def run_pair(ctl: Ctl, ep_a: str, argv_a, stdin_a, ep_b: str, argv_b, stdin_b,
+             timeout: float = STEP_TIMEOUT) -> tuple[Result, Result]:
     """Run one etcdctl invocation against each server concurrently."""
     pa = ctl.start(ep_a, argv_a, stdin_a)
     pb = ctl.start(ep_b, argv_b, stdin_b)
-    deadline = time.time() + STEP_TIMEOUT
+    deadline = time.time() + timeout
     return ctl.finish(pa, stdin_a, deadline), ctl.finish(pb, stdin_b, deadline)
 
 
@@ -896,9 +1188,31 @@ def normalize(text: str, leases: dict[str, str], keep_grpc: bool, is_stderr: boo
     return "\n".join(out)
 
 
-def render(res: Result, leases, keep_grpc) -> str:
+_LINE_REV = re.compile(r'^progress notify: ([0-9]+)$|"Header":\{[^{}]*"revision":([0-9]+)')
+
+
+def canon_by_revision(text: str) -> str:
+    """Sort lines by (revision, text); a line without a revision (progress notify
+    line or json response header) belongs to the revision of the line before."""
+    lines = text.split("\n")
+    tail = lines.pop()
+    rev = 0
+    keyed = []
+    for line in lines:
+        m = _LINE_REV.search(line)
+        if m:
+            rev = int(m.group(1) or m.group(2))
+        keyed.append((rev, line))
+    keyed.sort()
+    return "".join(line + "\n" for _, line in keyed) + tail
+
+
+def render(res: Result, leases, keep_grpc, canon: str | None = None) -> str:
+    out = normalize(res.stdout, leases, keep_grpc, False)
+    if canon == "rev":
+        out = canon_by_revision(out)
     return (f"exit: {res.code}\n"
-            f"--- stdout\n{normalize(res.stdout, leases, keep_grpc, False)}\n"
+            f"--- stdout\n{out}\n"
             f"--- stderr\n{normalize(res.stderr, leases, keep_grpc, True)}\n")
 
 
@@ -914,6 +1228,7 @@ class SideCtx:
     prefix: str
     rev: int
     leases: dict[str, str] = field(default_factory=dict)
+    watchers: dict[str, BgProc] = field(default_factory=dict)
 
     def subst(self, s: str) -> str:
         def rep(m: re.Match) -> str:
@@ -946,6 +1261,8 @@ class Runner:
         self.verbose = verbose
         self.rr = 0                     # round-robin counter over test members
         self.last_lin = 0               # member of the last non-serializable step
+        self.watch_member: int | None = None   # member of this scenario's watchers
+        self.test_late = False          # a test watcher missed a deadline in this scenario
         self.pads = 0
         self.unresponsive = 0           # consecutive steps the server under test timed out
         self.aborted: str | None = None
@@ -964,6 +1281,39 @@ class Runner:
             if self.ctl.run(lag_ep, ["put", "/__pad", str(self.pads)]).code != 0:
                 return
 
+    def pick_member(self, step: Step) -> int:
+        n = self.test.n
+        if step.kind != "run" or step.command == "watch":
+            # watches go to a member that the scenario's writes avoid
+            if self.watch_member is None:
+                self.watch_member = (self.last_lin + 1) % n
+            if step.kind == "run":      # a watch that ends by itself: next member
+                self.watch_member = (self.last_lin + 1) % n
+            return self.watch_member
+        serializable = "--consistency=s" in step.argv or any(
+            a == "--consistency" and b == "s" for a, b in zip(step.argv, step.argv[1:]))
+        if serializable:
+            return self.last_lin
+        member = self.rr % n
+        self.rr += 1
+        if n > 1 and member == self.watch_member:
+            member = self.rr % n
+            self.rr += 1
+        self.last_lin = member
+        return member
+
+    def sync_member(self, member: int) -> None:
+        """Linearizable read on a test member, so that it has applied every earlier
+        write before a watch/progress request is sent to it."""
+        if self.test.n > 1:
+            self.ctl.run(self.test.endpoints[member], ["get", "/__sync_probe"])
+
+    def stop_watchers(self, *ctxs: SideCtx) -> None:
+        for ctx in ctxs:
+            for bp in ctx.watchers.values():
+                bp.stop(eof=False)
+            ctx.watchers.clear()
+
     def run(self, sc: Scenario, start: tuple[int | None, int | None]) -> tuple[bool, str, tuple]:
         ref_rev, test_rev = start
         if ref_rev is None or test_rev is None:
@@ -971,53 +1321,68 @@ class Runner:
                 self.revisions()
         ctx_ref = SideCtx(sc.prefix, ref_rev)
         ctx_test = SideCtx(sc.prefix, test_rev)
+        self.watch_member = None
+        self.test_late = False
+        try:
+            return self._run(sc, ctx_ref, ctx_test)
+        finally:
+            self.stop_watchers(ctx_ref, ctx_test)
+            self.watch_member = None
+
+    def _run(self, sc: Scenario, ctx_ref: SideCtx, ctx_test: SideCtx) -> tuple[bool, str, tuple]:
         failure = ""
         for i, step in enumerate(sc.steps, 1):
-            serializable = "--consistency=s" in step.argv or any(
-                a == "--consistency" and b == "s" for a, b in zip(step.argv, step.argv[1:]))
-            if serializable:
-                member = self.last_lin
-            else:
-                member = self.rr % self.test.n
-                self.rr += 1
-                self.last_lin = member
+            member = self.pick_member(step)
             argv_ref = [ctx_ref.subst(a) for a in step.argv]
             argv_test = [ctx_test.subst(a) for a in step.argv]
             stdin_ref = ctx_ref.subst(step.stdin) if step.stdin is not None else None
             stdin_test = ctx_test.subst(step.stdin) if step.stdin is not None else None
-            r_ref, r_test = run_pair(self.ctl, self.ref.endpoints[0], argv_ref, stdin_ref,
-                                     self.test.endpoints[member], argv_test, stdin_test)
-            if step.capture:
-                for ctx, r in ((ctx_ref, r_ref), (ctx_test, r_test)):
-                    m = re.search(r"lease ([0-9a-f]+) granted", r.stdout)
-                    if m:
-                        ctx.leases[step.capture] = m.group(1)
-                    else:
-                        m = re.search(r'"ID":([0-9]+)', r.stdout)
-                        if m:
-                            ctx.leases[step.capture] = f"{int(m.group(1)):016x}"
-            if r_test.code == "TIMEOUT" or "context deadline exceeded" in r_test.stderr:
-                self.unresponsive += 1
+            canon = None
+            if step.kind != "run":
+                r_ref, r_test, shown = self.bg_step(sc, step, member, ctx_ref, ctx_test,
+                                                    argv_ref, argv_test, stdin_ref, stdin_test)
+                if r_ref is None:
+                    continue
+                stdin_ref = None
+                canon = step.canon
             else:
-                self.unresponsive = 0
-            a = render(r_ref, ctx_ref.leases, self.keep_grpc)
-            b = render(r_test, ctx_test.leases, self.keep_grpc)
-            shown = " ".join(shlex.quote(x) for x in argv_ref)
+                if step.command == "watch":
+                    self.sync_member(member)
+                r_ref, r_test = run_pair(self.ctl, self.ref.endpoints[0], argv_ref, stdin_ref,
+                                         self.test.endpoints[member], argv_test, stdin_test,
+                                         step.timeout)
+                shown = "etcdctl " + " ".join(shlex.quote(x) for x in argv_ref)
+                if step.capture:
+                    for ctx, r in ((ctx_ref, r_ref), (ctx_test, r_test)):
+                        m = re.search(r"lease ([0-9a-f]+) granted", r.stdout)
+                        if m:
+                            ctx.leases[step.capture] = m.group(1)
+                        else:
+                            m = re.search(r'"ID":([0-9]+)', r.stdout)
+                            if m:
+                                ctx.leases[step.capture] = f"{int(m.group(1)):016x}"
+                if r_test.code == "TIMEOUT" or "context deadline exceeded" in r_test.stderr:
+                    self.unresponsive += 1
+                else:
+                    self.unresponsive = 0
+            a = render(r_ref, ctx_ref.leases, self.keep_grpc, canon)
+            b = render(r_test, ctx_test.leases, self.keep_grpc, canon)
             if self.verbose:
-                print(f"  [{sc.name} {i}] etcdctl {shown}" +
+                print(f"  [{sc.name} {i}] {shown}" +
                       (f"  <<< {stdin_ref!r}" if stdin_ref is not None else ""))
                 print("    " + a.rstrip("\n").replace("\n", "\n    "))
             if a != b and not failure:
                 where = f" on member {member}" if self.test.n > 1 else ""
                 diff = difflib.unified_diff(a.splitlines(), b.splitlines(),
                                             "reference etcd", "server under test", lineterm="")
-                failure = (f"  step {i}/{len(sc.steps)}{where}: etcdctl {shown}"
+                failure = (f"  step {i}/{len(sc.steps)}{where}: {shown}"
                            + (f"\n  stdin: {stdin_ref!r}" if stdin_ref is not None else "")
                            + "\n" + "\n".join("  " + line for line in diff))
             if self.unresponsive >= 5:
                 self.aborted = "server under test unresponsive (5 timed-out steps in a row)"
                 failure += f"\n  !!! {self.aborted}"
                 return False, failure, (None, None)
+        self.stop_watchers(ctx_ref, ctx_test)
         end = self.revisions()
         if not failure and end[0] != end[1]:
             failure = (f"  revision after scenario differs: reference {end[0]}, "
@@ -1026,6 +1391,48 @@ class Runner:
             self.resync(*end)
             end = self.revisions()
         return not failure, failure, end
+
+    def bg_step(self, sc: Scenario, step: Step, member: int, ctx_ref: SideCtx, ctx_test: SideCtx,
+                argv_ref, argv_test, stdin_ref, stdin_test):
+        """Run a bg/wait/send/stop step on both sides.  Returns (None, None, shown)
+        for steps that are not compared, else the two results of a stopped watcher."""
+        name = step.name
+        label = f"[{sc.name}] watcher {name!r}"
+        if step.kind == "bg":
+            assert name not in ctx_ref.watchers, f"{label} started twice"
+            self.sync_member(member)
+            ctx_ref.watchers[name] = BgProc(self.ctl, self.ref.endpoints[0], argv_ref, stdin_ref)
+            ctx_test.watchers[name] = BgProc(self.ctl, self.test.endpoints[member], argv_test,
+                                             stdin_test)
+            shown = "etcdctl " + " ".join(shlex.quote(x) for x in argv_ref)
+            if self.verbose:
+                print(f"  [{sc.name}] start watcher {name!r}: {shown}" +
+                      (f"  <<< {stdin_ref!r}" if stdin_ref is not None else ""))
+            return None, None, shown
+        bp_ref, bp_test = ctx_ref.watchers[name], ctx_test.watchers[name]
+        shown = "etcdctl " + " ".join(shlex.quote(x) for x in bp_ref.argv)
+        if step.kind == "send":
+            self.sync_member(member)
+            bp_ref.send(stdin_ref)
+            bp_test.send(stdin_test)
+            if self.verbose:
+                print(f"  [{sc.name}] watcher {name!r} <<< {stdin_ref!r}")
+            return None, None, shown
+        ok_ref, ok_test = wait_lines(bp_ref, bp_test, step.lines, self.test_late)
+        if not ok_test:
+            self.test_late = True
+        if not ok_ref:
+            print(f"# warning: {label} of the reference etcd printed {bp_ref.lines()} "
+                  f"lines, expected {step.lines} (etcdctl {self.ctl.version})", file=sys.stderr)
+        if step.kind == "wait":
+            if self.verbose:
+                print(f"  [{sc.name}] watcher {name!r}: {bp_ref.lines()}/{step.lines} lines")
+            return None, None, shown
+        time.sleep(STOP_SETTLE)
+        r_ref, r_test = bp_ref.stop(step.eof), bp_test.stop(step.eof)
+        del ctx_ref.watchers[name], ctx_test.watchers[name]
+        how = "EOF on stdin" if step.eof else "SIGTERM"
+        return r_ref, r_test, f"{shown}  (background, {how} after {step.lines} stdout lines)"
 
 
 def run_with_ctl(ctl: Ctl, args, scenarios: list[Scenario]) -> tuple[int, int]:
