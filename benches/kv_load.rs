@@ -12,9 +12,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use concord::pb::etcdserverpb::kv_client::KvClient;
 use concord::pb::etcdserverpb::{PutRequest, RangeRequest};
-use tonic::transport::Channel;
 
 mod common;
 

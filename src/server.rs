@@ -165,9 +165,12 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
             .max_decoding_message_size(max_recv)
             .max_encoding_message_size(usize::MAX);
         let shutdown = stopped(stop_rx.clone());
+        let http_node = node.clone();
         tasks.push(tokio::spawn(async move {
             let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
             if let Err(e) = Server::builder()
+                .accept_http1(true)
+                .layer(crate::rpc::http::layer(http_node))
                 .layer(tower::util::MapResponseLayer::new(
                     crate::rpc::limits::grpc_go_size_errors,
                 ))

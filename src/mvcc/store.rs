@@ -121,6 +121,11 @@ impl MvccStore {
             .collect()
     }
 
+    /// Keys with history in the index (live or deleted, not yet compacted).
+    pub fn key_count(&self) -> usize {
+        self.state.read().map_or(0, |s| s.index.len())
+    }
+
     /// The current main revision.
     pub fn current_revision(&self) -> i64 {
         self.state.read().map_or(0, |s| s.current)

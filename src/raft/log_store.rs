@@ -149,7 +149,9 @@ impl Syncer {
             .collect();
         let entries: Vec<(u64, Vec<u8>)> = batch.iter().map(|(i, _, b)| (*i, b.clone())).collect();
         storage.append_log(&entries).map_err(|e| e.to_string())?;
+        let started = std::time::Instant::now();
         storage.persist_log().map_err(|e| e.to_string())?;
+        crate::metrics::WAL_FSYNC.observe(started.elapsed());
         let mut buffer = shared.buffer();
         for (index, seq, _) in batch {
             // Keep an entry that was replaced (truncated and appended again) meanwhile.

@@ -213,6 +213,25 @@ impl RaftNode {
         self.storage.disk_space()
     }
 
+    /// The member's state for `/metrics`.
+    pub fn metrics_snapshot(&self) -> crate::metrics::Snapshot {
+        let m = self.raft.metrics().borrow().clone();
+        let watch = self.hub.stats();
+        crate::metrics::Snapshot {
+            has_leader: m.current_leader.is_some(),
+            is_leader: m.current_leader == Some(self.id),
+            committed: m.last_log_index.unwrap_or(0),
+            applied: m.last_applied.map_or(0, |l| l.index),
+            term: m.current_term,
+            revision: self.mvcc.current_revision(),
+            compacted: self.mvcc.compacted_revision(),
+            db_size: self.storage.disk_space(),
+            keys: self.mvcc.key_count(),
+            watchers: watch.watchers,
+            slow_watchers: watch.slow_watchers,
+        }
+    }
+
     /// The peer service answering other members.
     pub fn peer_service(self: &Arc<Self>) -> PeerService {
         PeerService::new(self.clone())

@@ -115,7 +115,11 @@ impl RaftNode {
         }
         let result = tokio::time::timeout(self.options.request_timeout, self.route(cmd))
             .await
-            .map_err(|_| Error::Timeout)??;
+            .map_err(|_| Error::Timeout)
+            .and_then(|r| r)
+            .inspect_err(|_| {
+                crate::metrics::PROPOSALS_FAILED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            })?;
         match result.result {
             Some(Outcome::Error(code)) => Err(Error::from_code(code)),
             Some(o) => Ok(o),

@@ -163,7 +163,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let applied = bincode::serialize(&self.applied).map_err(sm_err)?;
         w.set_meta(meta_key::APPLIED, &applied);
         let revision = w.read_revision();
+        let started = std::time::Instant::now();
         let events = w.commit().map_err(sm_err)?;
+        crate::metrics::BACKEND_COMMIT.observe(started.elapsed());
         // After the commit, in apply order: watchers only ever see committed changes.
         self.hub.publish(revision, &events);
         Ok(results)

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use futures::Stream;
@@ -18,6 +19,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::{fill_header, require_leader, status::status, Context, HAS_LEADER_KEY};
 use crate::error::Error;
+use crate::metrics;
 use crate::mvcc::{KeyRange, KvTxn};
 use crate::pb::etcdserverpb::watch_create_request::FilterType;
 use crate::pb::etcdserverpb::watch_request::RequestUnion;
@@ -204,6 +206,8 @@ async fn send(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut leader_check = tokio::time::interval(node.election_timeout());
+    metrics::WATCH_STREAMS.fetch_add(1, Ordering::Relaxed);
+    let _open = StreamGauge;
     loop {
         tokio::select! {
             msg = rx.recv() => {
@@ -225,6 +229,15 @@ async fn send(
                 return;
             }
         }
+    }
+}
+
+/// Counts a watch stream as open while alive.
+struct StreamGauge;
+
+impl Drop for StreamGauge {
+    fn drop(&mut self) {
+        metrics::WATCH_STREAMS.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -268,6 +281,7 @@ fn respond(node: &RaftNode, msg: StreamMsg) -> Vec<WatchResponse> {
             if spec.prev_kv {
                 add_prev_kvs(node, &mut events);
             }
+            metrics::EVENTS_SENT.fetch_add(events.len() as u64, Ordering::Relaxed);
             let whole = WatchResponse {
                 header: header(revision),
                 watch_id: spec.watch_id,

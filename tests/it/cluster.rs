@@ -138,6 +138,19 @@ impl Cluster {
             .collect()
     }
 
+    /// GETs `path` over plain HTTP/1.1 from member `i`'s client port; returns the body.
+    pub async fn http_get(&self, i: usize, path: &str) -> TestResult<String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let s = self.specs.get(i).ok_or("no such member")?;
+        let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", s.client_port)).await?;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        conn.write_all(req.as_bytes()).await?;
+        let mut raw = String::new();
+        conn.read_to_string(&mut raw).await?;
+        let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        Ok(body.to_string())
+    }
+
     /// The client URL of member `i`.
     pub fn client_url(&self, i: usize) -> TestResult<String> {
         self.url(i)

@@ -350,8 +350,22 @@ async fn a_slow_watcher_never_blocks_writes_and_catches_up() -> TestResult {
         .map_err(|_| "a write waited on a slow watcher")??;
         last = r.into_inner().header.map_or(0, |h| h.revision);
     }
+    // The hub moved the watcher aside (etcd's slow-watcher gauge says so) rather than wait.
+    let page = c.http_get(0, "/metrics").await?;
+    assert!(
+        page.contains("etcd_debugging_mvcc_slow_watcher_total 1"),
+        "watcher not marked slow: {page}"
+    );
     let events = slow.events_until(last).await?;
     assert_contiguous(&events, first, last);
+    let page = c.http_get(0, "/metrics").await?;
+    assert!(page.contains("etcd_debugging_mvcc_slow_watcher_total 0"));
+    assert!(page.contains("etcd_debugging_mvcc_watcher_total 1"));
+    assert!(page.contains("etcd_debugging_mvcc_watch_stream_total 1"));
+    assert_eq!(
+        c.http_get(0, "/health").await?,
+        r#"{"health":"true","reason":""}"#
+    );
     Ok(())
 }
 

@@ -1,0 +1,96 @@
+//! Plain HTTP on the client port, beside gRPC, as etcd serves it: `/metrics` (Prometheus),
+//! `/health` (etcd's JSON), `/livez` and `/readyz`. A tower layer answers these paths and
+//! passes everything else to the gRPC services.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use tonic::body::Body;
+use tower::Service;
+
+use crate::metrics;
+use crate::raft::RaftNode;
+
+/// Wraps the gRPC router with the HTTP endpoints.
+#[derive(Clone)]
+pub struct HttpEndpoints<S> {
+    inner: S,
+    node: Arc<RaftNode>,
+}
+
+/// The layer that adds [`HttpEndpoints`].
+pub fn layer<S>(node: Arc<RaftNode>) -> impl tower::Layer<S, Service = HttpEndpoints<S>> + Clone {
+    tower::layer::layer_fn(move |inner| HttpEndpoints {
+        inner,
+        node: node.clone(),
+    })
+}
+
+fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Body> {
+    let mut resp = Response::new(Body::new(Full::new(Bytes::from(body))));
+    *resp.status_mut() = status;
+    if let Ok(v) = http::HeaderValue::from_str(content_type) {
+        resp.headers_mut().insert(http::header::CONTENT_TYPE, v);
+    }
+    resp
+}
+
+/// The answer for an HTTP endpoint path, or `None` for gRPC traffic.
+fn endpoint(node: &RaftNode, path: &str) -> Option<Response<Body>> {
+    let has_leader = node.leader().is_some();
+    let text = "text/plain; charset=utf-8";
+    Some(match path {
+        "/metrics" => reply(
+            StatusCode::OK,
+            "text/plain; version=0.0.4",
+            metrics::render(&node.metrics_snapshot()),
+        ),
+        "/health" if has_leader => reply(
+            StatusCode::OK,
+            "application/json",
+            r#"{"health":"true","reason":""}"#.into(),
+        ),
+        "/health" => reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "application/json",
+            r#"{"health":"false","reason":"RAFT NO LEADER"}"#.into(),
+        ),
+        "/livez" => reply(StatusCode::OK, text, "ok\n".into()),
+        "/readyz" if has_leader => reply(StatusCode::OK, text, "ok\n".into()),
+        "/readyz" => reply(StatusCode::SERVICE_UNAVAILABLE, text, "no leader\n".into()),
+        _ => return None,
+    })
+}
+
+impl<S, E> Service<Request<Body>> for HttpEndpoints<S>
+where
+    S: Service<Request<Body>, Response = Response<Body>, Error = E> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    E: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = E;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), E>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let is_grpc = req
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        if !is_grpc {
+            if let Some(resp) = endpoint(&self.node, req.uri().path()) {
+                return Box::pin(async move { Ok(resp) });
+            }
+        }
+        Box::pin(self.inner.call(req))
+    }
+}
