@@ -32,6 +32,8 @@ use crate::watch::{StreamMsg, WatchHub, WatchSpec};
 
 /// Hub messages buffered per stream before its watchers are moved aside as slow.
 const STREAM_BUFFER: usize = 256;
+/// etcd's error for a watch whose range end is not above its key.
+const EMPTY_RANGE: &str = "mvcc: watcher range is empty";
 /// etcd's error when a client reuses a watch id on one stream.
 const DUPLICATE_WATCH_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream";
 
@@ -135,16 +137,23 @@ fn create(
         revision: published,
         ..Default::default()
     });
+    let refuse = |reason: &str| {
+        Some(WatchResponse {
+            header,
+            watch_id: -1,
+            created: true,
+            canceled: true,
+            cancel_reason: reason.into(),
+            ..Default::default()
+        })
+    };
+    // As etcd: a range that ends at or before its key watches nothing ("\0" means from-key).
+    if !c.range_end.is_empty() && c.range_end != [0] && c.key >= c.range_end {
+        return refuse(EMPTY_RANGE);
+    }
     let watch_id = if c.watch_id > 0 {
         if watches.contains_key(&c.watch_id) {
-            return Some(WatchResponse {
-                header,
-                watch_id: -1,
-                created: true,
-                canceled: true,
-                cancel_reason: DUPLICATE_WATCH_ID.into(),
-                ..Default::default()
-            });
+            return refuse(DUPLICATE_WATCH_ID);
         }
         c.watch_id
     } else {
