@@ -11,7 +11,5 @@ cargo build --bins
 cargo test
 ctls=(--etcdctl "$ref/etcdctl")
 [[ -x /usr/bin/etcdctl ]] && ctls+=(--etcdctl /usr/bin/etcdctl)
-# Scenarios that grant leases wait for the Lease service (issue 4).
-skip=(--skip lease_ignore_lease --skip txn_lease)
-python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 1 "${ctls[@]}" "${skip[@]}"
-python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 3 "${ctls[@]}" "${skip[@]}"
+python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 1 "${ctls[@]}"
+python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 3 "${ctls[@]}"

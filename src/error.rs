@@ -48,6 +48,12 @@ pub enum Error {
     /// The request did not complete in time.
     #[error("request timed out")]
     Timeout,
+    /// A lease with the requested id already exists.
+    #[error("lease already exists")]
+    LeaseExists,
+    /// A lease TTL above etcd's maximum.
+    #[error("too large lease TTL")]
+    LeaseTtlTooLarge,
     /// The member is shutting down.
     #[error("server stopped")]
     Stopped,
@@ -58,7 +64,7 @@ pub enum Error {
 
 impl Error {
     /// Every variant, for tests and for decoding codes.
-    pub const ALL: [Error; 16] = [
+    pub const ALL: [Error; 18] = [
         Error::Compacted,
         Error::FutureRevision,
         Error::EmptyKey,
@@ -75,6 +81,8 @@ impl Error {
         Error::Timeout,
         Error::Stopped,
         Error::Storage,
+        Error::LeaseExists,
+        Error::LeaseTtlTooLarge,
     ];
 
     /// The stable wire code of this error (never 0, which means "no error").

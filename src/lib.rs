@@ -18,6 +18,7 @@
 pub mod apply;
 pub mod config;
 pub mod error;
+pub mod lease;
 pub mod metrics;
 pub mod mvcc;
 pub mod pb;

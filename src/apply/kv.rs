@@ -15,8 +15,7 @@ pub fn check_put(txn: &impl KvTxn, req: &PutRequest) -> Result<()> {
     if (req.ignore_value || req.ignore_lease) && current(txn, &req.key).is_none() {
         return Err(Error::KeyNotFound);
     }
-    // No lease exists until the lessor lands (issue 4), so every named lease is unknown.
-    if req.lease != 0 {
+    if req.lease != 0 && !txn.lease_exists(req.lease) {
         return Err(Error::LeaseNotFound);
     }
     Ok(())

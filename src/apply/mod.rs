@@ -10,7 +10,9 @@ pub use command::{Command, CommandBatch, CommandResult, CommandResults, Op, Outc
 
 use crate::error::Error;
 use crate::mvcc::WriteTxn;
-use crate::pb::etcdserverpb::{CompactionResponse, ResponseHeader};
+use crate::pb::etcdserverpb::{
+    CompactionResponse, LeaseGrantResponse, LeaseRevokeResponse, ResponseHeader,
+};
 
 /// Applies one command inside the apply batch `w` and closes its request (a batch: each of its
 /// commands in order, each closing its own request).
@@ -27,6 +29,19 @@ pub fn apply(w: &mut WriteTxn<'_>, cmd: &Command) -> CommandResult {
         Some(Op::Txn(req)) => txn::execute(w, req).map(Outcome::Txn),
         Some(Op::Compaction(req)) => w.compact(req.revision).map(|()| {
             Outcome::Compaction(CompactionResponse {
+                header: Some(ResponseHeader::default()),
+            })
+        }),
+        Some(Op::LeaseGrant(req)) => w.grant_lease(req.id, req.ttl).map(|()| {
+            Outcome::LeaseGrant(LeaseGrantResponse {
+                header: Some(ResponseHeader::default()),
+                id: req.id,
+                ttl: req.ttl,
+                error: String::new(),
+            })
+        }),
+        Some(Op::LeaseRevoke(req)) => w.revoke_lease(req.id).map(|()| {
+            Outcome::LeaseRevoke(LeaseRevokeResponse {
                 header: Some(ResponseHeader::default()),
             })
         }),
@@ -51,6 +66,8 @@ fn set_revision(o: &mut Outcome, revision: i64) {
         Outcome::DeleteRange(r) => &mut r.header,
         Outcome::Txn(r) => &mut r.header,
         Outcome::Compaction(r) => &mut r.header,
+        Outcome::LeaseGrant(r) => &mut r.header,
+        Outcome::LeaseRevoke(r) => &mut r.header,
         Outcome::Error(_) | Outcome::Batch(_) => return,
     };
     header.get_or_insert_with(Default::default).revision = revision;

@@ -6,11 +6,13 @@
 //! [`WriteTxn`]; a write is invisible to readers until its batch has committed.
 
 mod key_index;
+mod lease_table;
 mod range;
 mod revision;
 mod store;
 
 pub use key_index::{KeyIndex, KeyRange, KeyRevision};
+pub use lease_table::{LeaseInfo, LeaseTable};
 pub use range::range;
 pub use revision::Revision;
 pub use store::{KvTxn, MvccStore, ReadTxn, WriteTxn};

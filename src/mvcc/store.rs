@@ -9,7 +9,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use prost::Message;
 
-use super::{KeyIndex, KeyRange, KeyRevision, Revision};
+use super::{KeyIndex, KeyRange, KeyRevision, LeaseInfo, LeaseTable, Revision};
 use crate::error::{Error, Result};
 use crate::pb::mvccpb::event::EventType;
 use crate::pb::mvccpb::{Event, KeyValue};
@@ -26,6 +26,8 @@ struct State {
     current: i64,
     /// The last compacted main revision (-1 before any compaction, as in etcd).
     compacted: i64,
+    /// Leases and their keys.
+    leases: LeaseTable,
 }
 
 impl State {
@@ -121,6 +123,16 @@ impl MvccStore {
             .collect()
     }
 
+    /// A lease and its keys, if it exists.
+    pub fn lease(&self, id: i64) -> Option<LeaseInfo> {
+        self.state.read().ok()?.leases.get(id).cloned()
+    }
+
+    /// Every lease id with its granted TTL.
+    pub fn leases(&self) -> Vec<(i64, i64)> {
+        self.state.read().map_or(Vec::new(), |s| s.leases.all())
+    }
+
     /// Keys with history in the index (live or deleted, not yet compacted).
     pub fn key_count(&self) -> usize {
         self.state.read().map_or(0, |s| s.index.len())
@@ -167,10 +179,26 @@ fn load_state(storage: &Storage) -> StorageResult<State> {
         };
         index.push(&kv.key, change);
     }
+    let current = read_i64(meta_key::REVISION, 1)?;
+    let mut leases = LeaseTable::default();
+    for (k, v) in storage.scan(Space::Lease)? {
+        let id = <[u8; 8]>::try_from(k.as_slice()).map(i64::from_be_bytes);
+        let ttl = <[u8; 8]>::try_from(v.as_slice()).map(i64::from_be_bytes);
+        match (id, ttl) {
+            (Ok(id), Ok(ttl)) => leases.grant(id, ttl),
+            _ => return Err(StorageError(format!("corrupt lease record {k:?}"))),
+        }
+    }
+    for (key, kr) in index.range(&KeyRange::From(Vec::new()), current) {
+        if kr.lease != 0 {
+            leases.attach(kr.lease, key);
+        }
+    }
     Ok(State {
         index,
-        current: read_i64(meta_key::REVISION, 1)?,
+        current,
         compacted: read_i64(meta_key::COMPACTED, -1)?,
+        leases,
     })
 }
 
@@ -230,6 +258,8 @@ pub trait KvTxn {
     /// # Errors
     /// On a read failure, or when called on a read-only transaction.
     fn put(&mut self, key: &[u8], value: &[u8], lease: i64) -> Result<Option<KeyValue>>;
+    /// Whether lease `id` exists.
+    fn lease_exists(&self, id: i64) -> bool;
     /// Deletes every key of `range`, returning the deleted key-values.
     ///
     /// # Errors
@@ -282,6 +312,10 @@ impl KvTxn for ReadTxn<'_> {
 
     fn put(&mut self, _: &[u8], _: &[u8], _: i64) -> Result<Option<KeyValue>> {
         Err(Error::Storage)
+    }
+
+    fn lease_exists(&self, id: i64) -> bool {
+        self.state.leases.contains(id)
     }
 
     fn delete_range(&mut self, _: &KeyRange) -> Result<Vec<KeyValue>> {
@@ -356,6 +390,36 @@ impl WriteTxn<'_> {
         Ok(())
     }
 
+    /// Grants a lease.
+    ///
+    /// # Errors
+    /// [`Error::LeaseExists`].
+    pub fn grant_lease(&mut self, id: i64, ttl: i64) -> Result<()> {
+        if self.state.leases.contains(id) {
+            return Err(Error::LeaseExists);
+        }
+        self.state.leases.grant(id, ttl);
+        self.staged.insert(
+            (Space::Lease, id.to_be_bytes().to_vec()),
+            Some(ttl.to_be_bytes().to_vec()),
+        );
+        Ok(())
+    }
+
+    /// Revokes a lease, deleting every key attached to it within the current request.
+    ///
+    /// # Errors
+    /// [`Error::LeaseNotFound`], or a storage failure.
+    pub fn revoke_lease(&mut self, id: i64) -> Result<()> {
+        let lease = self.state.leases.remove(id).ok_or(Error::LeaseNotFound)?;
+        self.staged
+            .insert((Space::Lease, id.to_be_bytes().to_vec()), None);
+        for key in lease.keys {
+            self.delete_range(&KeyRange::Single(key))?;
+        }
+        Ok(())
+    }
+
     /// Adds a metadata write (applied index, membership) to the batch.
     pub fn set_meta(&mut self, key: &[u8], value: &[u8]) {
         self.staged
@@ -423,14 +487,27 @@ impl KvTxn for WriteTxn<'_> {
             version: prev.as_ref().map_or(1, |p| p.version + 1),
             lease,
         };
+        if let Some(p) = prev.as_ref().filter(|p| p.lease != 0) {
+            self.state.leases.detach(p.lease, key);
+        }
+        if lease != 0 {
+            self.state.leases.attach(lease, key);
+        }
         self.record(key, change, value);
         Ok(prev)
+    }
+
+    fn lease_exists(&self, id: i64) -> bool {
+        self.state.leases.contains(id)
     }
 
     fn delete_range(&mut self, range: &KeyRange) -> Result<Vec<KeyValue>> {
         let at = self.read_revision();
         let mut deleted = Vec::new();
         for (key, kr) in self.index_range(range, at) {
+            if kr.lease != 0 {
+                self.state.leases.detach(kr.lease, &key);
+            }
             deleted.push(self.load(&key, &kr)?);
             let rev = self.next_revision();
             self.record(&key, KeyRevision::tombstone(rev), b"");

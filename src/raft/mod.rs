@@ -7,6 +7,7 @@
 // openraft's storage traits fix `StorageError` (224 bytes) as the error type.
 #![allow(clippy::result_large_err)]
 
+mod lease;
 mod log_store;
 mod network;
 mod peer;
@@ -77,6 +78,7 @@ pub struct RaftNode {
     peers: Arc<network::PeerChannels>,
     storage: Storage,
     proposals: propose::Batcher,
+    lessor: crate::lease::Lessor,
 }
 
 impl RaftNode {
@@ -117,7 +119,8 @@ impl RaftNode {
         let proposals = propose::Batcher::start(raft.clone(), options.max_request_bytes);
         let reads =
             read::ReadBatcher::start(raft.clone(), id, peers.clone(), options.request_timeout);
-        Ok(Arc::new(RaftNode {
+        let lessor = crate::lease::Lessor::new(id, options.election);
+        let node = Arc::new(RaftNode {
             id,
             cluster_id,
             raft,
@@ -128,7 +131,10 @@ impl RaftNode {
             peers,
             storage,
             proposals,
-        }))
+            lessor,
+        });
+        node.start_lease_expiry();
+        Ok(node)
     }
 
     /// Bootstraps a new cluster with `members` (id → peer URL) if this member has no state yet.

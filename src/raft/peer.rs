@@ -10,8 +10,13 @@ use tonic::{Request, Response, Status};
 use super::read::leader_read_index;
 use super::RaftNode;
 use crate::apply::Command;
+use crate::error::Error;
 use crate::pb::concordpb::raft_peer_server::RaftPeer;
-use crate::pb::concordpb::{ForwardResponse, RaftPayload, ReadIndexRequest, ReadIndexResponse};
+use crate::pb::concordpb::{
+    ForwardResponse, LeaseRenewResponse, LeaseTimeToLiveReply, RaftPayload, ReadIndexRequest,
+    ReadIndexResponse,
+};
+use crate::pb::etcdserverpb::{LeaseKeepAliveRequest, LeaseTimeToLiveRequest};
 
 /// The `RaftPeer` service of one member.
 pub struct PeerService {
@@ -68,6 +73,46 @@ impl RaftPeer for PeerService {
             },
             Err(e) => ForwardResponse {
                 result: None,
+                error: e.code(),
+            },
+        };
+        Ok(Response::new(reply))
+    }
+
+    async fn lease_renew(
+        &self,
+        req: Request<LeaseKeepAliveRequest>,
+    ) -> Result<Response<LeaseRenewResponse>, Status> {
+        let reply = if self.node.leader() == Some(self.node.id) {
+            LeaseRenewResponse {
+                ttl: self.node.renew_local(req.get_ref().id),
+                error: 0,
+            }
+        } else {
+            LeaseRenewResponse {
+                ttl: 0,
+                error: Error::LeaderChanged.code(),
+            }
+        };
+        Ok(Response::new(reply))
+    }
+
+    async fn lease_time_to_live(
+        &self,
+        req: Request<LeaseTimeToLiveRequest>,
+    ) -> Result<Response<LeaseTimeToLiveReply>, Status> {
+        let result = if self.node.leader() == Some(self.node.id) {
+            self.node.time_to_live_local(req.get_ref())
+        } else {
+            Err(Error::LeaderChanged)
+        };
+        let reply = match result {
+            Ok(r) => LeaseTimeToLiveReply {
+                response: Some(r),
+                error: 0,
+            },
+            Err(e) => LeaseTimeToLiveReply {
+                response: None,
                 error: e.code(),
             },
         };

@@ -30,6 +30,7 @@ type Membership = StoredMembership<u64, openraft::BasicNode>;
 #[derive(Serialize, Deserialize)]
 struct SnapshotBody {
     kv: Vec<(Vec<u8>, Vec<u8>)>,
+    leases: Vec<(Vec<u8>, Vec<u8>)>,
     revision: Option<Vec<u8>>,
     compacted: Option<Vec<u8>>,
 }
@@ -186,6 +187,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let body = (|| -> Result<Vec<u8>, String> {
             let body = SnapshotBody {
                 kv: self.storage.scan(Space::Kv).map_err(|e| e.to_string())?,
+                leases: self.storage.scan(Space::Lease).map_err(|e| e.to_string())?,
                 revision: self
                     .storage
                     .get(Space::Meta, meta_key::REVISION)
@@ -219,16 +221,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let body: SnapshotBody = bincode::deserialize(&data).map_err(snap_err)?;
         // One atomic batch replaces the whole state: a crash leaves either the old state with
         // its applied index or the new one with the snapshot's.
-        let incoming: std::collections::HashSet<&[u8]> =
-            body.kv.iter().map(|(k, _)| k.as_slice()).collect();
         let mut batch = self.storage.batch();
-        for (k, _) in self.storage.scan(Space::Kv).map_err(snap_err)? {
-            if !incoming.contains(k.as_slice()) {
-                batch.remove(Space::Kv, &k);
+        for (space, entries) in [(Space::Kv, &body.kv), (Space::Lease, &body.leases)] {
+            let incoming: std::collections::HashSet<&[u8]> =
+                entries.iter().map(|(k, _)| k.as_slice()).collect();
+            for (k, _) in self.storage.scan(space).map_err(snap_err)? {
+                if !incoming.contains(k.as_slice()) {
+                    batch.remove(space, &k);
+                }
             }
-        }
-        for (k, v) in &body.kv {
-            batch.insert(Space::Kv, k, v);
+            for (k, v) in entries {
+                batch.insert(space, k, v);
+            }
         }
         for (key, value) in [
             (meta_key::REVISION, &body.revision),

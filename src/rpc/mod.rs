@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod http;
 pub mod kv;
+pub mod lease;
 pub mod limits;
 pub mod maintenance;
 pub mod status;

@@ -12,6 +12,7 @@
 //! | `raft_meta` | `vote`, `committed`, `purged`| bincode openraft types                  | v1    |
 //! | `kv`        | [`Revision`] bytes (16)      | record: `p`/`t` + protobuf `KeyValue`   | v1    |
 //! | `meta`      | see [`meta_key`]             | state-machine metadata                  | v1    |
+//! | `lease`     | lease id, i64 big-endian     | granted TTL, i64 big-endian             | v1    |
 //!
 //! [`Revision`]: crate::mvcc::Revision
 
@@ -60,6 +61,7 @@ pub struct Storage {
     raft_meta: Keyspace,
     kv: Keyspace,
     meta: Keyspace,
+    lease: Keyspace,
 }
 
 /// The keyspaces a [`Batch`] can write.
@@ -69,6 +71,8 @@ pub enum Space {
     Kv,
     /// State-machine metadata.
     Meta,
+    /// Leases: id → granted TTL.
+    Lease,
 }
 
 /// An atomic write across the state-machine keyspaces.
@@ -113,6 +117,7 @@ impl Storage {
             log_db,
             kv: db.keyspace("kv", KeyspaceCreateOptions::default)?,
             meta: db.keyspace("meta", KeyspaceCreateOptions::default)?,
+            lease: db.keyspace("lease", KeyspaceCreateOptions::default)?,
             db,
         };
         match storage.meta.get(meta_key::FORMAT_VERSION)? {
@@ -138,6 +143,7 @@ impl Storage {
         match space {
             Space::Kv => &self.kv,
             Space::Meta => &self.meta,
+            Space::Lease => &self.lease,
         }
     }
 

@@ -1,0 +1,163 @@
+//! Lease time, kept by the leader alone with a monotonic clock.
+//!
+//! The state machine knows which leases exist and their keys (`mvcc::LeaseTable`); only the
+//! leader's [`Lessor`] knows when each expires. Keep-alives reset that deadline; an expired
+//! lease is revoked through the Raft log (`LeaseRevoke`), so every member deletes the same keys
+//! at the same revision. A member that becomes leader gives every lease its full TTL plus an
+//! election timeout (etcd's promotion rule), so a leader change never expires a lease early.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// etcd's largest lease TTL, in seconds.
+pub const MAX_LEASE_TTL: i64 = 9_000_000_000;
+
+/// Deadlines of the leases this member expires while it leads.
+pub struct Lessor {
+    deadlines: Mutex<HashMap<i64, Instant>>,
+    next_id: AtomicU64,
+    /// etcd's minimum TTL: 1.5 election timeouts, rounded up to whole seconds.
+    pub min_ttl: i64,
+    /// Added to every TTL when this member is promoted.
+    pub promotion_extension: Duration,
+}
+
+impl Lessor {
+    /// A lessor for member `member_id` with the cluster's election timeout.
+    pub fn new(member_id: u64, election: Duration) -> Self {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        // etcd's id generator layout: member bits on top, then time, then a counter.
+        let seed = ((member_id & 0xffff) << 48) | ((now_ms << 8) & 0x0000_ffff_ffff_ff00);
+        let min_ttl_ms = election.as_millis() as i64 * 3 / 2;
+        Lessor {
+            deadlines: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(seed),
+            min_ttl: (min_ttl_ms + 999) / 1000,
+            promotion_extension: election,
+        }
+    }
+
+    fn deadlines(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Instant>> {
+        self.deadlines.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A fresh, positive lease id.
+    pub fn next_id(&self) -> i64 {
+        loop {
+            let id = (self.next_id.fetch_add(1, Ordering::Relaxed) & (i64::MAX as u64)) as i64;
+            if id != 0 {
+                return id;
+            }
+        }
+    }
+
+    /// The TTL a grant asking for `ttl` gets: at least the minimum.
+    pub fn granted_ttl(&self, ttl: i64) -> i64 {
+        ttl.max(self.min_ttl)
+    }
+
+    /// Resets a lease's deadline to `ttl` from now; `false` if it already expired.
+    pub fn renew(&self, id: i64, ttl: i64) -> bool {
+        let now = Instant::now();
+        let mut d = self.deadlines();
+        if d.get(&id).is_some_and(|at| *at <= now) {
+            return false;
+        }
+        d.insert(id, now + secs(ttl));
+        true
+    }
+
+    /// Time left before the lease expires, if this member tracks it.
+    pub fn remaining(&self, id: i64) -> Option<Duration> {
+        let d = self.deadlines();
+        d.get(&id)
+            .map(|at| at.saturating_duration_since(Instant::now()))
+    }
+
+    /// Called while leading with every existing lease: tracks new leases (full TTL from now, or
+    /// TTL plus an election timeout right after a promotion), forgets revoked ones, and returns
+    /// up to `max` expired leases, whose deadlines move `retry` ahead while their revoke is in
+    /// flight.
+    pub fn expired(
+        &self,
+        leases: &[(i64, i64)],
+        promoted: bool,
+        max: usize,
+        retry: Duration,
+    ) -> Vec<i64> {
+        let now = Instant::now();
+        let mut d = self.deadlines();
+        if promoted {
+            d.clear();
+        }
+        let extension = if promoted {
+            self.promotion_extension
+        } else {
+            Duration::ZERO
+        };
+        let live: std::collections::HashSet<i64> = leases.iter().map(|(id, _)| *id).collect();
+        d.retain(|id, _| live.contains(id));
+        for (id, ttl) in leases {
+            d.entry(*id).or_insert(now + secs(*ttl) + extension);
+        }
+        let mut out = Vec::new();
+        for (id, at) in d.iter_mut() {
+            if out.len() >= max {
+                break;
+            }
+            if *at <= now {
+                out.push(*id);
+                *at = now + retry;
+            }
+        }
+        out
+    }
+
+    /// Forgets every deadline (on losing leadership).
+    pub fn demote(&self) {
+        self.deadlines().clear();
+    }
+}
+
+fn secs(ttl: i64) -> Duration {
+    Duration::from_secs(u64::try_from(ttl).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minimum_ttl_follows_the_election_timeout() {
+        let l = Lessor::new(7, Duration::from_millis(1000));
+        assert_eq!(l.min_ttl, 2);
+        assert_eq!(l.granted_ttl(1), 2);
+        assert_eq!(l.granted_ttl(60), 60);
+        assert!(l.next_id() > 0);
+        assert_ne!(l.next_id(), l.next_id());
+    }
+
+    #[test]
+    fn promotion_extends_and_expiry_is_reported_once() {
+        let l = Lessor::new(1, Duration::from_millis(1000));
+        assert!(l.expired(&[(5, 0)], false, 10, Duration::from_secs(3)) == vec![5]);
+        // In flight: not reported again until the retry delay passes.
+        assert!(l
+            .expired(&[(5, 0)], false, 10, Duration::from_secs(3))
+            .is_empty());
+        // Promotion: full TTL plus the election timeout, so nothing expires at once.
+        assert!(l
+            .expired(&[(5, 0)], true, 10, Duration::from_secs(3))
+            .is_empty());
+        assert!(l
+            .remaining(5)
+            .is_some_and(|r| r > Duration::from_millis(900)));
+        // A revoked lease is forgotten.
+        assert!(l.expired(&[], false, 10, Duration::from_secs(3)).is_empty());
+        assert_eq!(l.remaining(5), None);
+    }
+}

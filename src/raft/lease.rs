@@ -1,0 +1,151 @@
+//! Lease operations that need the leader: keep-alives and remaining TTL are answered by the
+//! leader's [`Lessor`] (a follower forwards them), and the leader's expiry loop revokes expired
+//! leases through the log.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::RaftNode;
+use crate::apply::{Command, Op};
+use crate::error::{Error, Result};
+use crate::lease::Lessor;
+use crate::pb::etcdserverpb::{
+    LeaseKeepAliveRequest, LeaseRevokeRequest, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
+};
+
+/// How often the leader looks for expired leases.
+const EXPIRY_TICK: Duration = Duration::from_millis(250);
+/// Most revokes proposed per tick: thousands expiring at once go out in batches.
+const REVOKES_PER_TICK: usize = 1000;
+/// When to retry a revoke that has not taken effect.
+const REVOKE_RETRY: Duration = Duration::from_secs(3);
+
+impl RaftNode {
+    /// The leader-side lease clock.
+    pub fn lessor(&self) -> &Lessor {
+        &self.lessor
+    }
+
+    /// Renews lease `id` on the leader; returns its TTL, or 0 if it does not exist or expired.
+    ///
+    /// # Errors
+    /// [`Error::NoLeader`] or a forwarding failure.
+    pub async fn lease_renew(&self, id: i64) -> Result<i64> {
+        match self.leader() {
+            None => Err(Error::NoLeader),
+            Some(l) if l == self.id => Ok(self.renew_local(id)),
+            Some(l) => {
+                let addr = self.leader_addr(l).ok_or(Error::NoLeader)?;
+                let mut client = self.peers.client(&addr).map_err(|_| Error::NoLeader)?;
+                let reply = client
+                    .lease_renew(LeaseKeepAliveRequest { id })
+                    .await
+                    .map_err(|_| Error::NoLeader)?
+                    .into_inner();
+                match reply.error {
+                    0 => Ok(reply.ttl),
+                    code => Err(Error::from_code(code)),
+                }
+            }
+        }
+    }
+
+    /// Renews on this member, which must lead.
+    pub(super) fn renew_local(&self, id: i64) -> i64 {
+        match self.mvcc.lease(id) {
+            Some(l) if self.lessor.renew(id, l.ttl) => l.ttl,
+            _ => 0,
+        }
+    }
+
+    /// Lease `id`'s remaining and granted TTL (and keys), from the leader.
+    ///
+    /// # Errors
+    /// [`Error::LeaseNotFound`], [`Error::NoLeader`].
+    pub async fn lease_time_to_live(
+        &self,
+        req: LeaseTimeToLiveRequest,
+    ) -> Result<LeaseTimeToLiveResponse> {
+        match self.leader() {
+            None => Err(Error::NoLeader),
+            Some(l) if l == self.id => self.time_to_live_local(&req),
+            Some(l) => {
+                let addr = self.leader_addr(l).ok_or(Error::NoLeader)?;
+                let mut client = self.peers.client(&addr).map_err(|_| Error::NoLeader)?;
+                let reply = client
+                    .lease_time_to_live(req)
+                    .await
+                    .map_err(|_| Error::NoLeader)?
+                    .into_inner();
+                match reply.error {
+                    0 => reply.response.ok_or(Error::Storage),
+                    code => Err(Error::from_code(code)),
+                }
+            }
+        }
+    }
+
+    /// Answers TimeToLive on this member, which must lead.
+    pub(super) fn time_to_live_local(
+        &self,
+        req: &LeaseTimeToLiveRequest,
+    ) -> Result<LeaseTimeToLiveResponse> {
+        let lease = self.mvcc.lease(req.id).ok_or(Error::LeaseNotFound)?;
+        let remaining = self
+            .lessor
+            .remaining(req.id)
+            .map_or(lease.ttl, |d| d.as_secs() as i64);
+        Ok(LeaseTimeToLiveResponse {
+            header: None,
+            id: req.id,
+            ttl: remaining,
+            granted_ttl: lease.ttl,
+            keys: if req.keys {
+                lease.keys.into_iter().collect()
+            } else {
+                Vec::new()
+            },
+        })
+    }
+
+    /// Starts the leader's expiry loop.
+    pub(super) fn start_lease_expiry(self: &Arc<Self>) {
+        let node = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut was_leader = false;
+            let mut tick = tokio::time::interval(EXPIRY_TICK);
+            loop {
+                tick.tick().await;
+                let Some(node) = node.upgrade() else { return };
+                let leading = node.leader() == Some(node.id);
+                if !leading {
+                    if was_leader {
+                        node.lessor.demote();
+                    }
+                    was_leader = false;
+                    continue;
+                }
+                let promoted = !was_leader;
+                was_leader = true;
+                let expired = node.lessor.expired(
+                    &node.mvcc.leases(),
+                    promoted,
+                    REVOKES_PER_TICK,
+                    REVOKE_RETRY,
+                );
+                for id in expired {
+                    let node = node.clone();
+                    tokio::spawn(async move {
+                        let cmd = Command::new(Op::LeaseRevoke(LeaseRevokeRequest { id }));
+                        match node.propose(cmd).await {
+                            Ok(_) | Err(Error::LeaseNotFound) => {
+                                tracing::debug!(lease = id, "lease expired and revoked");
+                            }
+                            Err(e) => tracing::warn!(lease = id, error = %e, "lease revoke failed"),
+                        }
+                    });
+                }
+            }
+        });
+    }
+}
