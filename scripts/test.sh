@@ -8,7 +8,8 @@ ref=$(scripts/install-test-tools.sh)
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 cargo build --bins
-cargo test
+# Integration tests start real clusters; a few at a time keeps elections stable on 2 cores.
+cargo test -- --test-threads 3
 ctls=(--etcdctl "$ref/etcdctl")
 [[ -x /usr/bin/etcdctl ]] && ctls+=(--etcdctl /usr/bin/etcdctl)
 python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 1 "${ctls[@]}"

@@ -27,10 +27,25 @@ impl RaftNode {
     }
 
     /// Renews lease `id` on the leader; returns its TTL, or 0 if it does not exist or expired.
+    /// As etcd, waits through a leader election (up to the request timeout) rather than fail,
+    /// so a keep-alive stream survives a leader change.
     ///
     /// # Errors
-    /// [`Error::NoLeader`] or a forwarding failure.
+    /// [`Error::Timeout`] when no leader answered in time.
     pub async fn lease_renew(&self, id: i64) -> Result<i64> {
+        let deadline = tokio::time::Instant::now() + self.options.request_timeout;
+        loop {
+            match self.try_lease_renew(id).await {
+                Ok(ttl) => return Ok(ttl),
+                Err(_) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(_) => return Err(Error::Timeout),
+            }
+        }
+    }
+
+    async fn try_lease_renew(&self, id: i64) -> Result<i64> {
         match self.leader() {
             None => Err(Error::NoLeader),
             Some(l) if l == self.id => Ok(self.renew_local(id)),

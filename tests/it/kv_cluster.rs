@@ -68,8 +68,12 @@ async fn acknowledged_writes_survive_leader_kill_minority_and_full_restart() -> 
     let mut last_rev = 0;
     for i in 0..30 {
         let (k, v) = (format!("k{i:03}"), format!("v{i}"));
-        // Round-robin over members: followers forward to the leader.
-        let rev = put(&c, i % 3, &k, &v).await?;
+        // Round-robin over members: followers forward to the leader. (Retried through any
+        // member if an election under load gets in the way; a put is idempotent here.)
+        let rev = match put(&c, i % 3, &k, &v).await {
+            Ok(rev) => rev,
+            Err(_) => put_retrying(&c, &k, &v).await?,
+        };
         assert!(rev > last_rev, "revisions increase: {rev} after {last_rev}");
         last_rev = rev;
         acked.insert(k, v);

@@ -3,4 +3,5 @@
 mod cluster;
 mod kv_cluster;
 mod kv_single;
+mod lease;
 mod watch;
