@@ -131,13 +131,28 @@ impl RaftNode {
     /// that was appended here is never re-sent elsewhere: if leadership is lost meanwhile the
     /// entry may still commit, so the answer is `leader changed`, as in etcd.
     async fn route(&self, cmd: Command) -> Result<CommandResult> {
-        match self.leader() {
+        match self.wait_for_leader().await {
             None => Err(Error::NoLeader),
             Some(l) if l == self.id => self.propose_local(cmd).await,
             Some(l) => {
                 let addr = self.leader_addr(l).ok_or(Error::NoLeader)?;
                 self.forward(&addr, cmd).await
             }
+        }
+    }
+
+    /// The leader, waiting up to two election timeouts for one to be known (a member that just
+    /// started or just saw an election learns its leader from the first heartbeat).
+    async fn wait_for_leader(&self) -> Option<u64> {
+        let deadline = tokio::time::Instant::now() + self.options.election * 2;
+        loop {
+            if let Some(l) = self.leader() {
+                return Some(l);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
 

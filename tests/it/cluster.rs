@@ -174,20 +174,27 @@ impl Cluster {
         }
     }
 
-    /// Waits until a running member reports itself leader; returns its index.
+    /// Waits until a running member leads and every running member knows it; returns the
+    /// leader's index.
     pub async fn wait_leader(&self, within: Duration) -> TestResult<usize> {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
+            let mut views = Vec::new();
             for i in self.alive() {
                 let Ok(mut m) = MaintenanceClient::connect(self.url(i)?).await else {
-                    continue;
+                    break;
                 };
-                if let Ok(s) = m.status(StatusRequest {}).await {
-                    let s = s.into_inner();
-                    let me = s.header.map_or(0, |h| h.member_id);
-                    if s.leader != 0 && s.leader == me {
-                        return Ok(i);
-                    }
+                let Ok(s) = m.status(StatusRequest {}).await else {
+                    break;
+                };
+                let s = s.into_inner();
+                views.push((i, s.header.map_or(0, |h| h.member_id), s.leader));
+            }
+            if views.len() == self.alive().len() {
+                let leader = views.first().map_or(0, |v| v.2);
+                let agreed = leader != 0 && views.iter().all(|v| v.2 == leader);
+                if let Some((i, _, _)) = views.iter().find(|v| v.1 == leader).filter(|_| agreed) {
+                    return Ok(*i);
                 }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
