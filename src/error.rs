@@ -54,6 +54,9 @@ pub enum Error {
     /// A lease TTL above etcd's maximum.
     #[error("too large lease TTL")]
     LeaseTtlTooLarge,
+    /// A lock waiter's lease expired before it got the lock.
+    #[error("session is expired")]
+    SessionExpired,
     /// The member is shutting down.
     #[error("server stopped")]
     Stopped,
@@ -64,7 +67,7 @@ pub enum Error {
 
 impl Error {
     /// Every variant, for tests and for decoding codes.
-    pub const ALL: [Error; 18] = [
+    pub const ALL: [Error; 19] = [
         Error::Compacted,
         Error::FutureRevision,
         Error::EmptyKey,
@@ -83,6 +86,7 @@ impl Error {
         Error::Storage,
         Error::LeaseExists,
         Error::LeaseTtlTooLarge,
+        Error::SessionExpired,
     ];
 
     /// The stable wire code of this error (never 0, which means "no error").

@@ -7,6 +7,7 @@ pub mod http;
 pub mod kv;
 pub mod lease;
 pub mod limits;
+pub mod lock;
 pub mod maintenance;
 pub mod status;
 pub mod validate;

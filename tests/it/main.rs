@@ -4,4 +4,5 @@ mod cluster;
 mod kv_cluster;
 mod kv_single;
 mod lease;
+mod lock;
 mod watch;

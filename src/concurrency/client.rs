@@ -1,0 +1,130 @@
+//! An in-process client of this member: the same paths a gRPC request takes (validation,
+//! proposal or read index, the watch hub), without the network.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use crate::apply::{txn, Command, Op, Outcome};
+use crate::error::{Error, Result};
+use crate::mvcc::{self, KeyRange};
+use crate::pb::etcdserverpb::{
+    DeleteRangeRequest, DeleteRangeResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+};
+use crate::pb::mvccpb::event::EventType;
+use crate::raft::RaftNode;
+use crate::watch::{StreamMsg, WatchSpec};
+
+/// A client of the local member.
+#[derive(Clone)]
+pub struct LocalClient {
+    node: Arc<RaftNode>,
+}
+
+impl LocalClient {
+    /// A client of `node`.
+    pub fn new(node: Arc<RaftNode>) -> Self {
+        LocalClient { node }
+    }
+
+    /// The member.
+    pub fn node(&self) -> &Arc<RaftNode> {
+        &self.node
+    }
+
+    /// A linearizable range.
+    ///
+    /// # Errors
+    /// Those of the read index and of the range.
+    pub async fn range(&self, req: RangeRequest) -> Result<RangeResponse> {
+        self.node.read_index().await?;
+        let read = self.node.mvcc().read()?;
+        mvcc::range(&read, &req)
+    }
+
+    /// A txn: read-only ones after the read index, others through the log.
+    ///
+    /// # Errors
+    /// Those of the txn.
+    pub async fn txn(&self, req: TxnRequest) -> Result<TxnResponse> {
+        if txn::is_read_only(&req) {
+            self.node.read_index().await?;
+            let mut read = self.node.mvcc().read()?;
+            return txn::execute(&mut read, &req);
+        }
+        match self.node.propose(Command::new(Op::Txn(req))).await? {
+            Outcome::Txn(r) => Ok(r),
+            _ => Err(Error::Storage),
+        }
+    }
+
+    /// Deletes one key.
+    ///
+    /// # Errors
+    /// Those of the proposal.
+    pub async fn delete(&self, key: &[u8]) -> Result<DeleteRangeResponse> {
+        let req = DeleteRangeRequest {
+            key: key.to_vec(),
+            ..Default::default()
+        };
+        match self
+            .node
+            .propose(Command::new(Op::DeleteRange(req)))
+            .await?
+        {
+            Outcome::DeleteRange(r) => Ok(r),
+            _ => Err(Error::Storage),
+        }
+    }
+
+    /// Waits until `key` is deleted at a revision after `after` (returns at once if history
+    /// from there was compacted: the caller re-reads).
+    ///
+    /// # Errors
+    /// [`Error::Stopped`] if the hub goes away.
+    pub async fn wait_delete(&self, key: &[u8], after: i64) -> Result<()> {
+        let hub = self.node.hub().clone();
+        let stream = hub.new_stream();
+        let (tx, mut rx) = mpsc::channel(16);
+        let spec = WatchSpec {
+            watch_id: 0,
+            range: KeyRange::Single(key.to_vec()),
+            no_put: true,
+            no_delete: false,
+            prev_kv: false,
+            fragment: false,
+            progress_notify: false,
+        };
+        let id = hub.watch(stream, spec, after + 1, tx);
+        let _guard = DropWatch {
+            hub: hub.clone(),
+            stream,
+            id,
+        };
+        while let Some(msg) = rx.recv().await {
+            match msg {
+                StreamMsg::Events { events, .. }
+                    if events.iter().any(|e| e.r#type == EventType::Delete as i32) =>
+                {
+                    return Ok(());
+                }
+                StreamMsg::Compacted { .. } => return Ok(()),
+                _ => {}
+            }
+        }
+        Err(Error::Stopped)
+    }
+}
+
+/// Removes a private watch when its waiter finishes or is dropped (client gone).
+struct DropWatch {
+    hub: Arc<crate::watch::WatchHub>,
+    stream: u64,
+    id: u64,
+}
+
+impl Drop for DropWatch {
+    fn drop(&mut self) {
+        self.hub.drop_stream(self.stream, &[self.id]);
+    }
+}
