@@ -57,6 +57,12 @@ pub enum Error {
     /// A lock waiter's lease expired before it got the lock.
     #[error("session is expired")]
     SessionExpired,
+    /// Proclaim by a candidate that no longer leads.
+    #[error("election: not leader")]
+    ElectionNotLeader,
+    /// Nobody leads the election.
+    #[error("election: no leader")]
+    ElectionNoLeader,
     /// The member is shutting down.
     #[error("server stopped")]
     Stopped,
@@ -67,7 +73,7 @@ pub enum Error {
 
 impl Error {
     /// Every variant, for tests and for decoding codes.
-    pub const ALL: [Error; 19] = [
+    pub const ALL: [Error; 21] = [
         Error::Compacted,
         Error::FutureRevision,
         Error::EmptyKey,
@@ -87,6 +93,8 @@ impl Error {
         Error::LeaseExists,
         Error::LeaseTtlTooLarge,
         Error::SessionExpired,
+        Error::ElectionNotLeader,
+        Error::ElectionNoLeader,
     ];
 
     /// The stable wire code of this error (never 0, which means "no error").

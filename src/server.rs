@@ -17,11 +17,12 @@ use crate::pb::etcdserverpb::kv_server::KvServer;
 use crate::pb::etcdserverpb::lease_server::LeaseServer;
 use crate::pb::etcdserverpb::maintenance_server::MaintenanceServer;
 use crate::pb::etcdserverpb::watch_server::WatchServer;
+use crate::pb::v3electionpb::election_server::ElectionServer;
 use crate::pb::v3lockpb::lock_server::LockServer;
 use crate::raft::{RaftNode, RaftOptions};
 use crate::rpc::{
-    cluster::ClusterService, kv::KvService, lease::LeaseService, lock::LockService,
-    maintenance::MaintenanceService, watch::WatchService, Context,
+    cluster::ClusterService, election::ElectionService, kv::KvService, lease::LeaseService,
+    lock::LockService, maintenance::MaintenanceService, watch::WatchService, Context,
 };
 use crate::storage::Storage;
 
@@ -165,6 +166,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
         let cluster = ClusterServer::new(ClusterService::new(ctx.clone()));
         let lease = LeaseServer::new(LeaseService::new(ctx.clone()));
         let lock = LockServer::new(LockService::new(ctx.clone()));
+        let election = ElectionServer::new(ElectionService::new(ctx.clone()));
         let watch = WatchServer::new(WatchService::new(ctx.clone(), stop_rx.clone()))
             .max_decoding_message_size(max_recv)
             .max_encoding_message_size(usize::MAX);
@@ -184,6 +186,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
                 .add_service(cluster)
                 .add_service(lease)
                 .add_service(lock)
+                .add_service(election)
                 .add_service(watch)
                 .serve_with_incoming_shutdown(incoming, shutdown)
                 .await

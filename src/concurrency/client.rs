@@ -12,6 +12,7 @@ use crate::pb::etcdserverpb::{
     DeleteRangeRequest, DeleteRangeResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
 };
 use crate::pb::mvccpb::event::EventType;
+use crate::pb::mvccpb::Event;
 use crate::raft::RaftNode;
 use crate::watch::{StreamMsg, WatchSpec};
 
@@ -77,42 +78,65 @@ impl LocalClient {
         }
     }
 
+    /// Watches `range` from revision `start` on the local hub.
+    pub fn watch(&self, range: KeyRange, start: i64) -> LocalWatch {
+        let hub = self.node.hub().clone();
+        let stream = hub.new_stream();
+        let (tx, rx) = mpsc::channel(64);
+        let spec = WatchSpec {
+            watch_id: 0,
+            range,
+            no_put: false,
+            no_delete: false,
+            prev_kv: false,
+            fragment: false,
+            progress_notify: false,
+        };
+        let id = hub.watch(stream, spec, start, tx);
+        LocalWatch {
+            rx,
+            _guard: DropWatch { hub, stream, id },
+        }
+    }
+
     /// Waits until `key` is deleted at a revision after `after` (returns at once if history
     /// from there was compacted: the caller re-reads).
     ///
     /// # Errors
     /// [`Error::Stopped`] if the hub goes away.
     pub async fn wait_delete(&self, key: &[u8], after: i64) -> Result<()> {
-        let hub = self.node.hub().clone();
-        let stream = hub.new_stream();
-        let (tx, mut rx) = mpsc::channel(16);
-        let spec = WatchSpec {
-            watch_id: 0,
-            range: KeyRange::Single(key.to_vec()),
-            no_put: true,
-            no_delete: false,
-            prev_kv: false,
-            fragment: false,
-            progress_notify: false,
-        };
-        let id = hub.watch(stream, spec, after + 1, tx);
-        let _guard = DropWatch {
-            hub: hub.clone(),
-            stream,
-            id,
-        };
-        while let Some(msg) = rx.recv().await {
-            match msg {
-                StreamMsg::Events { events, .. }
-                    if events.iter().any(|e| e.r#type == EventType::Delete as i32) =>
-                {
-                    return Ok(());
+        let mut w = self.watch(KeyRange::Single(key.to_vec()), after + 1);
+        loop {
+            match w.next().await? {
+                None => return Ok(()),
+                Some(events) if events.iter().any(|e| e.r#type == EventType::Delete as i32) => {
+                    return Ok(())
                 }
-                StreamMsg::Compacted { .. } => return Ok(()),
+                Some(_) => {}
+            }
+        }
+    }
+}
+
+/// A private watch on the local hub.
+pub struct LocalWatch {
+    rx: mpsc::Receiver<StreamMsg>,
+    _guard: DropWatch,
+}
+
+impl LocalWatch {
+    /// The next batch of events, in revision order; `None` if the start was compacted.
+    ///
+    /// # Errors
+    /// [`Error::Stopped`] if the hub goes away.
+    pub async fn next(&mut self) -> Result<Option<Vec<Event>>> {
+        loop {
+            match self.rx.recv().await.ok_or(Error::Stopped)? {
+                StreamMsg::Events { events, .. } => return Ok(Some(events)),
+                StreamMsg::Compacted { .. } => return Ok(None),
                 _ => {}
             }
         }
-        Err(Error::Stopped)
     }
 }
 

@@ -56,14 +56,7 @@ pub async fn lock(
         key: key.clone(),
         ..Default::default()
     };
-    let first_owner = RangeRequest {
-        key: prefix.clone(),
-        range_end: prefix_end(&prefix),
-        sort_order: SortOrder::Ascend as i32,
-        sort_target: SortTarget::Create as i32,
-        limit: 1,
-        ..Default::default()
-    };
+    let first_owner = first_created_request(&prefix);
     let op = |r: Request| RequestOp { request: Some(r) };
     let resp = client
         .txn(TxnRequest {
@@ -104,12 +97,26 @@ pub async fn lock(
     if owner.is_none() || owner == Some(my_rev) {
         return Ok((resp.header.unwrap_or_default(), key));
     }
-    // Wait for each predecessor in turn: the last key created before ours.
+    wait_predecessors(client, &prefix, my_rev).await?;
+    // Our key must still be there: its lease may have expired while we waited.
+    let mine = client.range(get_key).await?;
+    match mine.kvs.first() {
+        Some(kv) if kv.create_revision == my_rev => Ok((mine.header.unwrap_or_default(), key)),
+        _ => Err(Error::SessionExpired),
+    }
+}
+
+/// Waits, one at a time, for every key under `prefix` created before `my_rev` to be deleted:
+/// only the immediate predecessor is watched, so one release wakes one waiter.
+///
+/// # Errors
+/// Those of the reads and watches.
+pub async fn wait_predecessors(client: &LocalClient, prefix: &[u8], my_rev: i64) -> Result<()> {
     loop {
         let pred = client
             .range(RangeRequest {
-                key: prefix.clone(),
-                range_end: prefix_end(&prefix),
+                key: prefix.to_vec(),
+                range_end: prefix_end(prefix),
                 sort_order: SortOrder::Descend as i32,
                 sort_target: SortTarget::Create as i32,
                 max_create_revision: my_rev - 1,
@@ -117,15 +124,33 @@ pub async fn lock(
                 ..Default::default()
             })
             .await?;
-        let Some(p) = pred.kvs.first() else { break };
+        let Some(p) = pred.kvs.first() else {
+            return Ok(());
+        };
         let at = pred.header.map_or(0, |h| h.revision);
         client.wait_delete(&p.key, at).await?;
     }
-    // Our key must still be there: its lease may have expired while we waited.
-    let mine = client.range(get_key).await?;
-    match mine.kvs.first() {
-        Some(kv) if kv.create_revision == my_rev => Ok((mine.header.unwrap_or_default(), key)),
-        _ => Err(Error::SessionExpired),
+}
+
+/// The oldest key under `prefix` (the holder or leader), as of a linearizable read.
+///
+/// # Errors
+/// Those of the read.
+pub async fn first_created(
+    client: &LocalClient,
+    prefix: &[u8],
+) -> Result<crate::pb::etcdserverpb::RangeResponse> {
+    client.range(first_created_request(prefix)).await
+}
+
+fn first_created_request(prefix: &[u8]) -> RangeRequest {
+    RangeRequest {
+        key: prefix.to_vec(),
+        range_end: prefix_end(prefix),
+        sort_order: SortOrder::Ascend as i32,
+        sort_target: SortTarget::Create as i32,
+        limit: 1,
+        ..Default::default()
     }
 }
 

@@ -2,4 +2,5 @@
 //! store directly — exactly as etcd's `v3lock` and `v3election` wrap `clientv3/concurrency`.
 
 pub mod client;
+pub mod election;
 pub mod lock;

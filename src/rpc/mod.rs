@@ -3,6 +3,7 @@
 //! [`status`], the single catalogue of etcd's wire errors.
 
 pub mod cluster;
+pub mod election;
 pub mod http;
 pub mod kv;
 pub mod lease;

@@ -40,6 +40,9 @@ pub fn code_and_message(e: Error) -> (Code, &'static str) {
         Error::LeaseTtlTooLarge => (Code::OutOfRange, "etcdserver: too large lease TTL"),
         // Not an etcdserver error: etcd's v3lock returns clientv3/concurrency's error as is.
         Error::SessionExpired => (Code::Unknown, "mutex: session is expired"),
+        // As etcd's v3election: clientv3/concurrency's errors.
+        Error::ElectionNotLeader => (Code::Unknown, "election: not leader"),
+        Error::ElectionNoLeader => (Code::Unknown, "election: no leader"),
     }
 }
 
@@ -58,7 +61,11 @@ mod tests {
         for e in Error::ALL {
             let (code, msg) = code_and_message(e);
             assert!(
-                msg.starts_with("etcdserver: ") || e == Error::SessionExpired,
+                msg.starts_with("etcdserver: ")
+                    || matches!(
+                        e,
+                        Error::SessionExpired | Error::ElectionNotLeader | Error::ElectionNoLeader
+                    ),
                 "{e:?}"
             );
             assert_ne!(code, Code::Ok);

@@ -1,6 +1,7 @@
 //! Integration tests: real `concord` processes, real gRPC clients.
 
 mod cluster;
+mod election;
 mod kv_cluster;
 mod kv_single;
 mod lease;
