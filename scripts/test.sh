@@ -12,5 +12,6 @@ cargo build --bins
 cargo test -- --test-threads 3
 ctls=(--etcdctl "$ref/etcdctl")
 [[ -x /usr/bin/etcdctl ]] && ctls+=(--etcdctl /usr/bin/etcdctl)
+scripts/fencing-example.sh
 python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 1 "${ctls[@]}"
 python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 3 "${ctls[@]}"
