@@ -11,7 +11,8 @@ pub use command::{Command, CommandBatch, CommandResult, CommandResults, Op, Outc
 use crate::error::Error;
 use crate::mvcc::WriteTxn;
 use crate::pb::etcdserverpb::{
-    CompactionResponse, LeaseGrantResponse, LeaseRevokeResponse, ResponseHeader,
+    CompactionResponse, LeaseCheckpointResponse, LeaseGrantResponse, LeaseRevokeResponse,
+    ResponseHeader,
 };
 
 /// Applies one command inside the apply batch `w` and closes its request (a batch: each of its
@@ -40,6 +41,14 @@ pub fn apply(w: &mut WriteTxn<'_>, cmd: &Command) -> CommandResult {
                 error: String::new(),
             })
         }),
+        Some(Op::LeaseCheckpoint(req)) => {
+            for c in &req.checkpoints {
+                w.checkpoint_lease(c.id, c.remaining_ttl);
+            }
+            Ok(Outcome::LeaseCheckpoint(LeaseCheckpointResponse {
+                header: Some(ResponseHeader::default()),
+            }))
+        }
         Some(Op::LeaseRevoke(req)) => w.revoke_lease(req.id).map(|()| {
             Outcome::LeaseRevoke(LeaseRevokeResponse {
                 header: Some(ResponseHeader::default()),
@@ -68,6 +77,7 @@ fn set_revision(o: &mut Outcome, revision: i64) {
         Outcome::Compaction(r) => &mut r.header,
         Outcome::LeaseGrant(r) => &mut r.header,
         Outcome::LeaseRevoke(r) => &mut r.header,
+        Outcome::LeaseCheckpoint(r) => &mut r.header,
         Outcome::Error(_) | Outcome::Batch(_) => return,
     };
     header.get_or_insert_with(Default::default).revision = revision;

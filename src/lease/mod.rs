@@ -3,8 +3,11 @@
 //! The state machine knows which leases exist and their keys (`mvcc::LeaseTable`); only the
 //! leader's [`Lessor`] knows when each expires. Keep-alives reset that deadline; an expired
 //! lease is revoked through the Raft log (`LeaseRevoke`), so every member deletes the same keys
-//! at the same revision. A member that becomes leader gives every lease its full TTL plus an
-//! election timeout (etcd's promotion rule), so a leader change never expires a lease early.
+//! at the same revision. The leader checkpoints remaining TTLs through the log every checkpoint
+//! interval; a member that becomes leader gives every lease its checkpointed remaining TTL (or
+//! its full TTL) plus an election timeout (etcd's promotion rule). So a leader change never
+//! expires a lease early, and a lease outlives its TTL by at most one checkpoint interval plus
+//! an election timeout.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -115,6 +118,19 @@ impl Lessor {
             }
         }
         out
+    }
+
+    /// Every tracked lease with its remaining whole seconds (rounded up), for a checkpoint.
+    pub fn remaining_all(&self) -> Vec<(i64, i64)> {
+        let now = Instant::now();
+        self.deadlines()
+            .iter()
+            .map(|(id, at)| {
+                let left = at.saturating_duration_since(now).as_millis() as i64;
+                (*id, (left + 999) / 1000)
+            })
+            .filter(|(_, secs)| *secs > 0)
+            .collect()
     }
 
     /// Forgets every deadline (on losing leadership).

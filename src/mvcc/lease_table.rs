@@ -9,6 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 pub struct LeaseInfo {
     /// The granted TTL, in seconds.
     pub ttl: i64,
+    /// The remaining TTL at the last checkpoint, in seconds (0: none since the grant).
+    pub remaining: i64,
     /// The keys attached to it.
     pub keys: BTreeSet<Vec<u8>>,
 }
@@ -30,20 +32,32 @@ impl LeaseTable {
         self.leases.get(&id)
     }
 
-    /// Every lease id with its granted TTL.
+    /// Every lease id with the TTL a new leader should give it: the last checkpointed
+    /// remaining TTL, or the granted one.
     pub fn all(&self) -> Vec<(i64, i64)> {
-        self.leases.iter().map(|(id, l)| (*id, l.ttl)).collect()
+        self.leases
+            .iter()
+            .map(|(id, l)| (*id, if l.remaining > 0 { l.remaining } else { l.ttl }))
+            .collect()
     }
 
     /// Adds a lease with no keys.
-    pub fn grant(&mut self, id: i64, ttl: i64) {
+    pub fn grant(&mut self, id: i64, ttl: i64, remaining: i64) {
         self.leases.insert(
             id,
             LeaseInfo {
                 ttl,
+                remaining,
                 keys: BTreeSet::new(),
             },
         );
+    }
+
+    /// Records a checkpointed remaining TTL; returns the granted TTL if the lease exists.
+    pub fn checkpoint(&mut self, id: i64, remaining: i64) -> Option<i64> {
+        let l = self.leases.get_mut(&id)?;
+        l.remaining = remaining;
+        Some(l.ttl)
     }
 
     /// Removes a lease, returning it.

@@ -183,9 +183,8 @@ fn load_state(storage: &Storage) -> StorageResult<State> {
     let mut leases = LeaseTable::default();
     for (k, v) in storage.scan(Space::Lease)? {
         let id = <[u8; 8]>::try_from(k.as_slice()).map(i64::from_be_bytes);
-        let ttl = <[u8; 8]>::try_from(v.as_slice()).map(i64::from_be_bytes);
-        match (id, ttl) {
-            (Ok(id), Ok(ttl)) => leases.grant(id, ttl),
+        match (id, decode_lease(&v)) {
+            (Ok(id), Some((ttl, remaining))) => leases.grant(id, ttl, remaining),
             _ => return Err(StorageError(format!("corrupt lease record {k:?}"))),
         }
     }
@@ -200,6 +199,19 @@ fn load_state(storage: &Storage) -> StorageResult<State> {
         compacted: read_i64(meta_key::COMPACTED, -1)?,
         leases,
     })
+}
+
+/// A lease record: granted TTL, then the checkpointed remaining TTL (both i64 big-endian).
+fn encode_lease(ttl: i64, remaining: i64) -> Vec<u8> {
+    let mut v = ttl.to_be_bytes().to_vec();
+    v.extend(remaining.to_be_bytes());
+    v
+}
+
+fn decode_lease(v: &[u8]) -> Option<(i64, i64)> {
+    let ttl = v.get(..8)?.try_into().ok().map(i64::from_be_bytes)?;
+    let remaining = v.get(8..16)?.try_into().ok().map(i64::from_be_bytes)?;
+    Some((ttl, remaining))
 }
 
 /// A change as a watch event: a delete carries only the key and the deleting revision.
@@ -398,12 +410,22 @@ impl WriteTxn<'_> {
         if self.state.leases.contains(id) {
             return Err(Error::LeaseExists);
         }
-        self.state.leases.grant(id, ttl);
+        self.state.leases.grant(id, ttl, 0);
         self.staged.insert(
             (Space::Lease, id.to_be_bytes().to_vec()),
-            Some(ttl.to_be_bytes().to_vec()),
+            Some(encode_lease(ttl, 0)),
         );
         Ok(())
+    }
+
+    /// Records a lease's remaining TTL (leases that are gone are skipped).
+    pub fn checkpoint_lease(&mut self, id: i64, remaining: i64) {
+        if let Some(ttl) = self.state.leases.checkpoint(id, remaining) {
+            self.staged.insert(
+                (Space::Lease, id.to_be_bytes().to_vec()),
+                Some(encode_lease(ttl, remaining)),
+            );
+        }
     }
 
     /// Revokes a lease, deleting every key attached to it within the current request.

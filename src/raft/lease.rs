@@ -10,7 +10,8 @@ use crate::apply::{Command, Op};
 use crate::error::{Error, Result};
 use crate::lease::Lessor;
 use crate::pb::etcdserverpb::{
-    LeaseKeepAliveRequest, LeaseRevokeRequest, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
+    LeaseCheckpoint, LeaseCheckpointRequest, LeaseKeepAliveRequest, LeaseRevokeRequest,
+    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
 };
 
 /// How often the leader looks for expired leases.
@@ -123,12 +124,33 @@ impl RaftNode {
         })
     }
 
+    /// Proposes the remaining TTL of every lease, so a new leader does not restart them.
+    fn propose_checkpoints(self: &Arc<Self>) {
+        let checkpoints: Vec<LeaseCheckpoint> = self
+            .lessor
+            .remaining_all()
+            .into_iter()
+            .map(|(id, remaining_ttl)| LeaseCheckpoint { id, remaining_ttl })
+            .collect();
+        if checkpoints.is_empty() {
+            return;
+        }
+        let node = self.clone();
+        tokio::spawn(async move {
+            let cmd = Command::new(Op::LeaseCheckpoint(LeaseCheckpointRequest { checkpoints }));
+            if let Err(e) = node.propose(cmd).await {
+                tracing::debug!(error = %e, "lease checkpoint not committed");
+            }
+        });
+    }
+
     /// Starts the leader's expiry loop.
     pub(super) fn start_lease_expiry(self: &Arc<Self>) {
         let node = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut was_leader = false;
             let mut tick = tokio::time::interval(EXPIRY_TICK);
+            let mut last_checkpoint = tokio::time::Instant::now();
             loop {
                 tick.tick().await;
                 let Some(node) = node.upgrade() else { return };
@@ -148,6 +170,10 @@ impl RaftNode {
                     REVOKES_PER_TICK,
                     REVOKE_RETRY,
                 );
+                if last_checkpoint.elapsed() >= node.options.lease_checkpoint_interval {
+                    last_checkpoint = tokio::time::Instant::now();
+                    node.propose_checkpoints();
+                }
                 for id in expired {
                     let node = node.clone();
                     tokio::spawn(async move {

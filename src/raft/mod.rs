@@ -62,6 +62,8 @@ pub struct RaftOptions {
     pub snapshot_every: u64,
     /// Interval of progress notifications to `progress_notify` watches.
     pub progress_interval: Duration,
+    /// How often the leader checkpoints remaining lease TTLs through the log.
+    pub lease_checkpoint_interval: Duration,
 }
 
 /// One member's Raft state, shared by every RPC.

@@ -12,7 +12,7 @@
 //! | `raft_meta` | `vote`, `committed`, `purged`| bincode openraft types                  | v1    |
 //! | `kv`        | [`Revision`] bytes (16)      | record: `p`/`t` + protobuf `KeyValue`   | v1    |
 //! | `meta`      | see [`meta_key`]             | state-machine metadata                  | v1    |
-//! | `lease`     | lease id, i64 big-endian     | granted TTL, i64 big-endian             | v1    |
+//! | `lease`     | lease id, i64 big-endian     | granted, checkpointed TTL: 2 × i64 BE   | v1    |
 //!
 //! [`Revision`]: crate::mvcc::Revision
 

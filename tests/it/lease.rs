@@ -225,3 +225,34 @@ async fn thousands_of_leases_expire_in_batches_without_stalling_writes() -> Test
     assert_eq!(err.message(), "etcdserver: requested lease not found");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_keep_a_lease_from_outliving_its_ttl_across_a_leader_change() -> TestResult {
+    let mut c = Cluster::start(3)?;
+    let leader = c.wait_leader(Duration::from_secs(20)).await?;
+    let follower = (leader + 1) % 3;
+    let granted = Instant::now();
+    let lease = grant(&c, follower, 10).await?;
+    put_leased(&c, follower, "orphan", lease).await?;
+    // No keep-alive (the client died). Halfway through its TTL the leader dies.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    c.kill(leader)?;
+    let deadline = granted + Duration::from_secs(20);
+    while exists(&c, follower, "orphan").await? {
+        assert!(Instant::now() < deadline, "lease never expired");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let lived = granted.elapsed();
+    assert!(
+        lived >= Duration::from_millis(9_500),
+        "expired early: {lived:?}"
+    );
+    // The new leader grants the checkpointed ~5 s plus an election timeout from its promotion,
+    // so the lease lives about TTL + election time (~13 s here). Without checkpoints it would
+    // restart the full 10 s at promotion (~18 s).
+    assert!(
+        lived < Duration::from_secs(16),
+        "outlived its TTL: {lived:?}"
+    );
+    Ok(())
+}
