@@ -10,6 +10,31 @@ use tonic::transport::Channel;
 
 pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
+/// Puts `key` through `member`; returns the revision.
+pub async fn put(c: &Cluster, member: usize, key: &str, value: &str) -> TestResult<i64> {
+    let mut kv = c.kv(member).await?;
+    let resp = kv
+        .put(concord::pb::etcdserverpb::PutRequest {
+            key: key.into(),
+            value: value.into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    Ok(resp.header.map_or(0, |h| h.revision))
+}
+
+/// Grants a lease of `ttl` seconds through `member`; returns its id.
+pub async fn grant(c: &Cluster, member: usize, ttl: i64) -> TestResult<i64> {
+    let url = c.client_url(member)?;
+    let mut leases = concord::pb::etcdserverpb::lease_client::LeaseClient::connect(url).await?;
+    let resp = leases
+        .lease_grant(concord::pb::etcdserverpb::LeaseGrantRequest { ttl, id: 0 })
+        .await?
+        .into_inner();
+    Ok(resp.id)
+}
+
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> TestResult<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?

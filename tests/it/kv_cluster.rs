@@ -5,22 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use concord::pb::etcdserverpb::{PutRequest, RangeRequest};
+use concord::pb::etcdserverpb::RangeRequest;
 
-use crate::cluster::{Cluster, TestResult};
-
-async fn put(c: &Cluster, member: usize, key: &str, value: &str) -> TestResult<i64> {
-    let mut kv = c.kv(member).await?;
-    let resp = kv
-        .put(PutRequest {
-            key: key.into(),
-            value: value.into(),
-            ..Default::default()
-        })
-        .await?
-        .into_inner();
-    Ok(resp.header.map_or(0, |h| h.revision))
-}
+use crate::cluster::{put, Cluster, TestResult};
 
 /// Puts, retrying through any running member until acknowledged or the deadline passes.
 async fn put_retrying(c: &Cluster, key: &str, value: &str) -> TestResult<i64> {

@@ -13,20 +13,10 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
-use crate::cluster::{Cluster, TestResult};
+use crate::cluster::{grant, Cluster, TestResult};
 
 async fn lease_client(c: &Cluster, member: usize) -> TestResult<LeaseClient<Channel>> {
     Ok(LeaseClient::connect(c.client_url(member)?).await?)
-}
-
-async fn grant(c: &Cluster, member: usize, ttl: i64) -> TestResult<i64> {
-    let resp = lease_client(c, member)
-        .await?
-        .lease_grant(LeaseGrantRequest { ttl, id: 0 })
-        .await?
-        .into_inner();
-    assert_eq!(resp.ttl, ttl.max(1));
-    Ok(resp.id)
 }
 
 async fn put_leased(c: &Cluster, member: usize, key: &str, lease: i64) -> TestResult {

@@ -5,12 +5,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use concord::pb::etcdserverpb::lease_client::LeaseClient;
-use concord::pb::etcdserverpb::{LeaseGrantRequest, RangeRequest};
+use concord::pb::etcdserverpb::RangeRequest;
 use concord::pb::v3lockpb::lock_client::LockClient;
 use concord::pb::v3lockpb::{LockRequest, UnlockRequest};
 
-use crate::cluster::{Cluster, TestResult};
+use crate::cluster::{grant, Cluster, TestResult};
 
 /// A resource protected by fencing: it rejects any token lower than the highest it has seen,
 /// and records whether two holders were ever inside at once.
@@ -39,16 +38,6 @@ impl Fenced {
     fn leave(&mut self) {
         self.inside = false;
     }
-}
-
-async fn grant(c: &Cluster, member: usize, ttl: i64) -> TestResult<i64> {
-    let url = c.client_url(member)?;
-    Ok(LeaseClient::connect(url)
-        .await?
-        .lease_grant(LeaseGrantRequest { ttl, id: 0 })
-        .await?
-        .into_inner()
-        .id)
 }
 
 /// The fencing token of a held lock: its key's create_revision.

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
-use crate::cluster::{Cluster, TestResult};
+use crate::cluster::{put, Cluster, TestResult};
 
 /// One watch stream.
 struct Conn {
@@ -93,20 +93,6 @@ fn watch_prefix(prefix: &str) -> WatchCreateRequest {
         range_end: end,
         ..Default::default()
     }
-}
-
-async fn put(c: &Cluster, member: usize, key: &str, value: &str) -> TestResult<i64> {
-    let resp = c
-        .kv(member)
-        .await?
-        .put(PutRequest {
-            key: key.into(),
-            value: value.into(),
-            ..Default::default()
-        })
-        .await?
-        .into_inner();
-    Ok(resp.header.map_or(0, |h| h.revision))
 }
 
 /// Every event is one revision step after the previous (a single writer makes one event per
