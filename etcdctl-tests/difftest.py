@@ -92,11 +92,12 @@ class Step:
     argv: list[str]
     stdin: str | None = None
     capture: str | None = None   # capture the lease id printed by `lease grant`
-    kind: str = "run"            # run | bg | wait | send | stop (see BG/WAIT/SEND/STOP)
+    kind: str = "run"            # run | bg | wait | send | stop | peek (see BG/WAIT/SEND/STOP/PEEK)
     name: str | None = None      # background watcher name (bg/wait/send/stop)
     lines: int = 0               # wait/stop: stdout lines to wait for
     eof: bool = False            # stop: close stdin (watch -i) instead of SIGTERM
-    canon: str | None = None     # stop: "rev" = sort stdout lines by (revision, text)
+    canon: str | None = None     # stop: "rev" = sort stdout lines by (revision, text),
+                                 # "uniq" = collapse runs of identical stdout lines
     timeout: float = STEP_TIMEOUT
 
     @property
@@ -160,6 +161,17 @@ def STOP(name: str, lines: int, eof: bool = False, canon: str | None = None) -> 
     """Wait for `lines` stdout lines like WAIT, then end watcher `name` (SIGTERM, or
     close its stdin if eof) and compare its exit code, stdout and stderr."""
     return Step([], kind="stop", name=name, lines=lines, eof=eof, canon=canon)
+
+
+def EXITED(name: str, canon: str | None = None) -> Step:
+    """Like STOP, but wait (WAIT_TIMEOUT) for watcher `name` to exit by itself."""
+    return Step([], kind="stop", name=name, lines=-1, canon=canon)
+
+
+def PEEK(name: str) -> Step:
+    """Compare what watcher `name` has printed so far (after STOP_SETTLE), without
+    stopping it: e.g. that a lock waiter has not run its command yet."""
+    return Step([], kind="peek", name=name)
 
 
 def txn_input(compares=(), success=(), failure=()) -> str:
@@ -691,6 +703,9 @@ def build_scenarios() -> None:
              "get --from-key '' --keys-only --limit 3 -w json",
              "get --prefix {P} -w json")
     build_watch_scenarios()
+    build_lease_scenarios()
+    build_lock_scenarios()
+    build_elect_scenarios()
 
 
 def build_watch_scenarios() -> None:
@@ -818,6 +833,229 @@ def build_watch_scenarios() -> None:
              WAIT("i", 10),
              "del --prefix {P}",                                         # R+4
              STOP("i", 13, eof=True, canon="rev"))
+
+
+def build_lease_scenarios() -> None:
+    # All named lease_*.  Leases are global: `lease list` shows every live lease of
+    # the run (earlier scenarios' as <HEXID>/<LEASE?>), so every lease granted here
+    # is revoked again, except the minimum-TTL ones of lease_grant_min, which comes
+    # last and expires by itself (no keys attached: no revision).  Remaining TTLs
+    # in `lease timetolive` are time-dependent: remaining(N) is shown as <=G when
+    # G-60 <= N <= G for the granted TTL G (see canon_ttl); granted TTLs are exact.
+    scenario("lease_grant",
+             S("lease grant 600", capture="a"),
+             S("lease grant 600", capture="b"),
+             S("lease grant 300 -w json", capture="j"),
+             S("lease grant 120 -w fields", capture="f"),
+             S("lease grant 9000000000", capture="max"),
+             "lease grant 9000000001",
+             "lease grant",
+             "lease grant abc",
+             "lease grant 5 6",
+             "lease timetolive {L:a}",
+             "lease timetolive {L:b} -w json",
+             "lease timetolive {L:j} -w fields",
+             "lease timetolive {L:max}",
+             "lease revoke {L:a}", "lease revoke {L:b}", "lease revoke {L:j}",
+             "lease revoke {L:f}", "lease revoke {L:max}",
+             "get {P}nothing -w json")
+    scenario("lease_timetolive",
+             S("lease grant 600", capture="L"),
+             "lease timetolive {L:L}",
+             "lease timetolive {L:L} --keys",
+             "lease timetolive {L:L} -w json",
+             "lease timetolive {L:L} --keys -w json",
+             "lease timetolive {L:L} --keys -w fields",
+             "put {P}k1 v --lease={L:L}",                                # R+1
+             "lease timetolive {L:L} --keys",
+             "lease timetolive {L:L} --keys -w json",
+             "lease timetolive {L:L} --keys -w fields",
+             "put {P}k2 v --lease={L:L}",                                # R+2
+             "lease timetolive {L:L}",
+             "lease timetolive {L:L} --keys",
+             "lease timetolive {L:L} --keys -w json",
+             "lease timetolive {L:L} --keys -w fields",
+             "lease timetolive {L:L} -w fields",
+             "lease revoke {L:L}",                                       # R+3
+             "lease timetolive {L:L}",
+             "lease timetolive {L:L} --keys",
+             "lease timetolive {L:L} -w json",
+             "lease timetolive {L:L} --keys -w json",
+             "lease timetolive {L:L} --keys -w fields",
+             "lease timetolive 1234",
+             "lease timetolive 1234 -w json",
+             "lease timetolive zz",
+             "lease timetolive",
+             "lease timetolive {L:L} -w table",
+             "get --prefix {P} -w json")
+    scenario("lease_revoke",
+             S("lease grant 600", capture="E"),
+             "lease revoke {L:E}",                                       # no keys: no revision
+             "get {P}x -w json",
+             "lease revoke {L:E}",
+             "lease revoke {L:E} -w json",
+             S("lease grant 600", capture="J"),
+             "lease revoke {L:J} -w json",
+             S("lease grant 600", capture="F"),
+             "lease revoke {L:F} -w fields",
+             "lease revoke 1234",
+             "lease revoke zz",
+             "lease revoke",
+             "lease revoke 1 2",
+             "put {P}x v --lease={L:E}",
+             "get {P}x -w json")
+    scenario("lease_attach_keys",
+             S("lease grant 600", capture="L"),
+             S("lease grant 600", capture="M"),
+             "put {P}a 1 --lease={L:L}",                                 # R+1
+             "put {P}b 2 --lease={L:L}",                                 # R+2
+             "get {P}a -w json",
+             "get --prefix {P} -w fields",
+             "put {P}a 3 --ignore-lease",                                # R+3 keeps L
+             "get {P}a -w json",
+             "put {P}b 4",                                               # R+4 detaches b
+             "get {P}b -w json",
+             "lease timetolive {L:L} --keys",
+             TXN(txn_input([], ['put {P}c 5 --lease={L:L}', 'put {P}d 6 --lease={L:M}',
+                                'put {P}b 7 --lease={L:M}'])),           # R+5
+             "get --prefix {P} -w json",
+             "lease timetolive {L:L} --keys",
+             "lease timetolive {L:M} --keys -w json",
+             "put {P}c 8 --lease={L:M}",                                 # R+6 c: L -> M
+             "lease timetolive {L:L} --keys",
+             "lease timetolive {L:M} --keys",
+             "del {P}d",                                                 # R+7
+             "lease timetolive {L:M} --keys -w fields",
+             "lease revoke {L:M}",                                       # R+8 deletes b, c
+             "get --prefix {P} -w json",
+             "get --prefix {P} --rev={R+7} --keys-only",
+             "get {P}b --rev={R+8} -w json",
+             "get {P}c -w json",
+             "lease revoke {L:L}",                                       # R+9 deletes a
+             "get --prefix {P} -w json",
+             "get {P}a --rev={R+8} -w fields",
+             "lease timetolive {L:L} --keys",
+             "put {P}z 1 --lease={L:L}",
+             TXN(txn_input([], ['put {P}z 1 --lease={L:M}'])),
+             "get --prefix {P} --count-only -w fields")
+    scenario("lease_list",
+             "lease list",
+             S("lease grant 600", capture="x"),
+             S("lease grant 700", capture="y"),
+             "lease list",
+             "lease list -w json",
+             "lease list -w fields",
+             "lease revoke {L:x}",
+             "lease list",
+             "lease list -w json",
+             "lease revoke {L:y}",
+             "lease list",
+             "lease list extra-arg",
+             "lease list -w table")
+    scenario("lease_keepalive",
+             S("lease grant 600", capture="L"),
+             "lease keep-alive --once {L:L}",
+             "lease keep-alive --once {L:L} -w json",
+             "lease keep-alive --once {L:L} -w fields",
+             "lease timetolive {L:L}",
+             "lease revoke {L:L}",
+             "lease keep-alive --once {L:L}",
+             "lease keep-alive --once 1234",
+             "lease keep-alive --once",
+             "lease keep-alive --once zz",
+             # A streaming keep-alive (renews every TTL/3 s) ends by itself once the
+             # lease is revoked: "expired or revoked."  How many renewals it prints
+             # depends on timing: canon="uniq" collapses them.
+             S("lease grant 3", capture="S"),
+             BG("ka", "lease keep-alive {L:S}"),
+             WAIT("ka", 1),
+             "lease revoke {L:S}",
+             EXITED("ka", canon="uniq"))
+    # must stay the last lease_ scenario (its leases expire by themselves in 2 s)
+    scenario("lease_grant_min",
+             S("lease grant 1", capture="m1"),
+             "lease keep-alive --once {L:m1}",
+             S("lease grant 2 -w json", capture="m2"),
+             S("lease grant 0", capture="m0"),
+             S("lease grant -w fields -- -5", capture="mn"),
+             S("lease grant 3", capture="m3"),
+             "lease grant 1 -w table")
+
+
+def build_lock_scenarios() -> None:
+    # All named lock_*.  `etcdctl lock` uses the concurrency.Mutex recipe (a session
+    # lease, key NAME/<lease id in hex>, waiting for the deletion of older keys), not
+    # the v3lock service.  In lock_ and elect_ scenarios such keys are normalized to
+    # NAME/<LEASE:Kn>: the n-th lease id first seen in a key under the scenario's
+    # prefix (also usable as {L:Kn} in later steps).  A holder that gets SIGTERM
+    # deletes its key but does not revoke its session lease.
+    scenario("lock_command",
+             "lock {P}m -- echo hello",                                  # R+1, R+2
+             "lock {P}m -- sh -c 'echo key=$ETCD_LOCK_KEY rev=$ETCD_LOCK_REV'",   # R+3, R+4
+             "lock {P}m -- sh -c 'echo out; echo err >&2; exit 3'",      # R+5, R+6
+             "lock {P}m -- /nonexistent/command",                        # R+7, R+8
+             "lock {P}other --ttl 5 -- echo ttl",                        # R+9, R+10
+             "lock {P}m --ttl 0 -- echo ttl0",                           # R+11, R+12
+             "lock",
+             "get --prefix {P} -w json")
+    scenario("lock_contended",
+             BG("h", "lock {P}mtx"),                                     # R+1
+             WAIT("h", 2),
+             BG("w", "lock {P}mtx -- sh -c 'echo got $ETCD_LOCK_KEY $ETCD_LOCK_REV'"),  # R+2
+             BG("q", "watch --prefix {P}mtx --rev={R+2}"),
+             WAIT("q", 3),                       # the waiter's key exists: it is queued
+             PEEK("w"),
+             "get --prefix {P}mtx --keys-only --sort-by=CREATE",
+             "get --prefix {P}mtx -w fields --sort-by=CREATE",
+             "lock {P}other -- echo unrelated",                          # R+3, R+4
+             STOP("h", 2),                       # unlock: R+5; the waiter runs, R+6
+             WAIT("q", 9),
+             STOP("w", 1),
+             STOP("q", 9),
+             "get --prefix {P} -w json")
+    scenario("lock_ttl",
+             BG("h", "lock --ttl 7 {P}t"),                               # R+1
+             WAIT("h", 2),
+             "lease timetolive {L:K1} --keys",
+             "get {P}t --prefix -w fields",
+             STOP("h", 2),                                               # R+2
+             "lease timetolive {L:K1} --keys",
+             BG("h1", "lock --ttl 1 {P}u"),                              # R+3 (TTL 2: minimum)
+             WAIT("h1", 2),
+             "lease timetolive {L:K2}",
+             STOP("h1", 2),                                              # R+4
+             "get --prefix {P} -w json")
+
+
+def build_elect_scenarios() -> None:
+    # All named elect_*.  `etcdctl elect` uses the concurrency.Election recipe (like
+    # lock: keys NAME/<lease>, value = proposal), not the v3election service; a
+    # candidate that gets SIGTERM resigns (deletes its key).  `elect -l` prints the
+    # key and value of every new leader.
+    scenario("elect_arg_errors",
+             "elect",
+             "elect {P}x",
+             "elect {P}x a b",
+             "elect -l {P}x a")
+    scenario("elect_campaign_observe",
+             BG("obs", "elect -l {P}e"),
+             BG("c1", "elect {P}e p1"),                                  # R+1
+             WAIT("c1", 2),
+             WAIT("obs", 2),
+             BG("c2", "elect {P}e 'proposal two'"),                      # R+2
+             BG("q", "watch --prefix {P}e --rev={R+2}"),
+             WAIT("q", 3),                       # the second candidate is queued
+             PEEK("c2"),
+             "get --prefix {P}e --sort-by=CREATE -w fields",
+             BG("late", "elect -l {P}e"),        # an observer started after the election
+             WAIT("late", 2),
+             STOP("c1", 2),                      # resigns: R+3, c2 takes over
+             WAIT("c2", 2), WAIT("obs", 4), WAIT("late", 4),
+             "get --prefix {P}e --print-value-only",
+             STOP("c2", 2),                      # resigns: R+4
+             WAIT("q", 9),
+             STOP("obs", 4), STOP("late", 4), STOP("q", 9),
+             "get --prefix {P} -w json")
 
 
 # --------------------------------------------------------------------------
@@ -1088,6 +1326,14 @@ class BgProc:
             return Result(code, self.out.decode("utf-8", "replace"),
                           self.err.decode("utf-8", "replace"))
 
+    def peek(self) -> Result:
+        """Exit code ("running" if still running) and the output so far."""
+        code = self.p.poll()
+        with self.lock:
+            return Result("running" if code is None else code,
+                          self.out.decode("utf-8", "replace"),
+                          self.err.decode("utf-8", "replace"))
+
     def _close_stdin(self) -> None:
         try:
             self.p.stdin.close()
@@ -1096,22 +1342,25 @@ class BgProc:
 
 
 def wait_lines(bp_ref: BgProc, bp_test: BgProc, n: int, test_late: bool) -> tuple[bool, bool]:
-    """Wait until both watchers have printed n complete stdout lines (or exited).
-    The reference gets WAIT_TIMEOUT; the server under test as long, but at most
-    WAIT_GRACE (WAIT_GRACE_LATE if test_late) after the reference was done.
-    Returns whether each side reached n lines."""
+    """Wait until both watchers have printed n complete stdout lines (or exited;
+    n < 0: until they exited).  The reference gets WAIT_TIMEOUT; the server under
+    test as long, but at most WAIT_GRACE (WAIT_GRACE_LATE if test_late) after the
+    reference was done.  Returns whether each side reached n lines (exited)."""
+    def reached(bp: BgProc) -> bool:
+        return bp.finished() if n < 0 else bp.lines() >= n
+
     now = time.time()
     deadline = now + WAIT_TIMEOUT
     grace = WAIT_GRACE_LATE if test_late else WAIT_GRACE
     ref_done_at: float | None = None
     while True:
         now = time.time()
-        if ref_done_at is None and (bp_ref.lines() >= n or bp_ref.finished() or now > deadline):
+        if ref_done_at is None and (reached(bp_ref) or bp_ref.finished() or now > deadline):
             ref_done_at = now
-        test_done = (bp_test.lines() >= n or bp_test.finished() or now > deadline
+        test_done = (reached(bp_test) or bp_test.finished() or now > deadline
                      or (ref_done_at is not None and now > ref_done_at + grace))
         if ref_done_at is not None and test_done:
-            return bp_ref.lines() >= n, bp_test.lines() >= n
+            return reached(bp_ref), reached(bp_test)
         time.sleep(0.01)
 
 
@@ -1154,16 +1403,25 @@ _GRPC_ERR = re.compile(r'"error":"((?:[^"\\]|\\.)*)"')
 _SUBS = [
     (re.compile(r'"(cluster_id|member_id|raft_term)":[1-9][0-9]*'), r'"\1":<\1>'),
     (re.compile(r'"(ClusterID|MemberID|RaftTerm)" : [1-9][0-9]*'), r'"\1" : <\1>'),
-    (re.compile(r'"(lease|ID)":[1-9][0-9]*'), r'"\1":<LEASE?>'),
+    (re.compile(r'"(lease|ID|id)":[1-9][0-9]*'), r'"\1":<LEASE?>'),
     (re.compile(r'"(Lease|ID|PrevLease)" : [1-9][0-9]*'), r'"\1" : <LEASE?>'),
     (re.compile(r'(127\.0\.0\.1|localhost):[0-9]+'), r'<ENDPOINT>'),
 ]
 _HEXID = re.compile(r'(?<![0-9A-Za-z])[0-9a-f]{16}(?![0-9A-Za-z])')
 
 
-def normalize(text: str, leases: dict[str, str], keep_grpc: bool, is_stderr: bool) -> str:
+def normalize(text: str, leases: dict[str, str], keep_grpc: bool, is_stderr: bool,
+              lock_re: re.Pattern | None = None, hidden: frozenset = frozenset()) -> str:
+    # lock/election keys NAME/<lease id in hex> (lock_, elect_ scenarios)
+    if lock_re is not None:
+        by_value = {int(h, 16): name for name, h in leases.items()}
+        text = lock_re.sub(lambda m: m.group(1) + (
+            f"<LEASE:{by_value[int(m.group(2), 16)]}>" if int(m.group(2), 16) in by_value
+            else "<LEASE?>"), text)
     # known lease ids: every representation -> <LEASE:name>
     for name, hexid in leases.items():
+        if name in hidden:
+            continue
         v = int(hexid, 16)
         for rep in sorted({hexid, f"{v:016x}", f"{v:x}", str(v)}, key=len, reverse=True):
             text = re.sub(r'(?<![0-9A-Za-z])' + re.escape(rep) + r'(?![0-9A-Za-z])',
@@ -1185,7 +1443,77 @@ def normalize(text: str, leases: dict[str, str], keep_grpc: bool, is_stderr: boo
         if not line.lstrip().startswith("{"):
             line = _HEXID.sub("<HEXID>", line)
         out.append(line)
+    text = "\n".join(out)
+    return text if is_stderr else canon_ttl(text)
+
+
+# `lease timetolive`: the remaining TTL N is time-dependent; accept any
+# G-REMAINING_SLACK <= N <= G for the granted TTL G.  Attached keys come in
+# whatever order the server's lease keeps them (a Go map in etcd): sorted.
+REMAINING_SLACK = 60
+_TTL_SIMPLE = re.compile(r'granted with TTL\((-?[0-9]+)s\), remaining\((-?[0-9]+)s\)')
+_TTL_JSON = re.compile(r'"ttl":(-?[0-9]+),"granted-ttl":(-?[0-9]+)')
+_TTL_FIELDS = re.compile(r'"TTL" : (-?[0-9]+)\n"GrantedTTL" : (-?[0-9]+)')
+_ATTACHED = re.compile(r'attached keys\(\[([^\]\n]*)\]\)')
+_JSON_KEYS = re.compile(r'"keys":\[([^\]]*)\]')
+
+
+def _remaining(n: str, g: str) -> str:
+    return f"<={g}" if max(0, int(g) - REMAINING_SLACK) <= int(n) <= int(g) else n
+
+
+def sort_runs(text: str, pred) -> str:
+    """Sort every run of consecutive lines for which pred(line) holds."""
+    lines = text.split("\n")
+    out: list[str] = []
+    run: list[str] = []
+    for line in lines + [None]:
+        if line is not None and pred(line):
+            run.append(line)
+            continue
+        out.extend(sorted(run))
+        run = []
+        if line is not None:
+            out.append(line)
     return "\n".join(out)
+
+
+def canon_ttl(text: str) -> str:
+    text = _TTL_SIMPLE.sub(lambda m: f"granted with TTL({m[1]}s), "
+                           f"remaining({_remaining(m[2], m[1])}s)", text)
+    text = _TTL_JSON.sub(lambda m: '"ttl":' + (lambda r: r if r == m[1] else f'"{r}"')(
+        _remaining(m[1], m[2])) + f',"granted-ttl":{m[2]}', text)
+    text = _TTL_FIELDS.sub(lambda m: f'"TTL" : {_remaining(m[1], m[2])}\n'
+                           f'"GrantedTTL" : {m[2]}', text)
+    text = _ATTACHED.sub(lambda m: "attached keys([" + " ".join(sorted(m[1].split(" "))) + "])",
+                         text)
+    text = _JSON_KEYS.sub(lambda m: '"keys":[' + ",".join(sorted(m[1].split(","))) + "]", text)
+    return sort_runs(text, lambda line: line.startswith('"Key" : '))
+
+
+_LEASE_TOKEN = re.compile(r'^(<LEASE[^>]*>|<HEXID>|[0-9a-f]{1,16})$')
+
+
+def canon_leases(text: str) -> str:
+    """`lease list`: the order of the leases is unspecified (etcd: by expiry)."""
+    text = re.sub(r'"leases":\[([^\]]*)\]',
+                  lambda m: '"leases":[' + ",".join(sorted(re.findall(r'\{[^{}]*\}', m[1])))
+                  + "]", text)
+    text = sort_runs(text, lambda line: bool(_LEASE_TOKEN.match(line)))
+    return sort_runs(text, lambda line: line.startswith('"ID" : '))
+
+
+def canon_uniq(text: str) -> str:
+    """Collapse runs of identical lines (repeated keep-alive renewals)."""
+    lines = text.split("\n")
+    return "\n".join(line for i, line in enumerate(lines) if i == 0 or line != lines[i - 1])
+
+
+def auto_canon(argv: list[str]) -> str | None:
+    words = [a for a in argv if not a.startswith("-")]
+    if words[:2] == ["lease", "list"]:
+        return "leases"
+    return None
 
 
 _LINE_REV = re.compile(r'^progress notify: ([0-9]+)$|"Header":\{[^{}]*"revision":([0-9]+)')
@@ -1207,13 +1535,19 @@ def canon_by_revision(text: str) -> str:
     return "".join(line + "\n" for _, line in keyed) + tail
 
 
-def render(res: Result, leases, keep_grpc, canon: str | None = None) -> str:
-    out = normalize(res.stdout, leases, keep_grpc, False)
+def render(res: Result, ctx: SideCtx, keep_grpc, canon: str | None = None) -> str:
+    hidden = frozenset(ctx.hidden)
+    out = normalize(res.stdout, ctx.leases, keep_grpc, False, ctx.lock_re, hidden)
     if canon == "rev":
         out = canon_by_revision(out)
+    elif canon == "uniq":
+        out = canon_uniq(out)
+    elif canon == "leases":
+        out = canon_leases(out)
+    err = normalize(res.stderr, ctx.leases, keep_grpc, True, ctx.lock_re, hidden)
     return (f"exit: {res.code}\n"
             f"--- stdout\n{out}\n"
-            f"--- stderr\n{normalize(res.stderr, leases, keep_grpc, True)}\n")
+            f"--- stderr\n{err}\n")
 
 
 # --------------------------------------------------------------------------
@@ -1229,6 +1563,32 @@ class SideCtx:
     rev: int
     leases: dict[str, str] = field(default_factory=dict)
     watchers: dict[str, BgProc] = field(default_factory=dict)
+    lock_keys: bool = False      # lock_/elect_ scenario: learn NAME/<lease> keys
+    hidden: set[str] = field(default_factory=set)   # learned ids too short to replace anywhere
+    lock_re: re.Pattern | None = None
+
+    def __post_init__(self) -> None:
+        if self.lock_keys:
+            self.lock_re = re.compile("(" + re.escape(self.prefix) + r'[^\s"\[\],]*/)'
+                                      r"([0-9a-f]{1,16})(?![0-9A-Za-z])")
+
+    def learn(self, text: str) -> None:
+        """Name the lease ids of lock/election keys {P}.../<hex> K1, K2, ... in order
+        of first appearance, so that they normalize to <LEASE:Kn> (and {L:Kn} works).
+        Ids below 2^32 are only replaced inside such keys (their decimal form could
+        be anything, e.g. a revision)."""
+        if self.lock_re is None:
+            return
+        known = {int(h, 16) for h in self.leases.values()}
+        for m in self.lock_re.finditer(text):
+            v = int(m.group(2), 16)
+            if v in known or v == 0:
+                continue
+            known.add(v)
+            name = f"K{1 + sum(1 for n in self.leases if re.fullmatch(r'K[0-9]+', n))}"
+            self.leases[name] = f"{v:016x}"
+            if v < 1 << 32:
+                self.hidden.add(name)
 
     def subst(self, s: str) -> str:
         def rep(m: re.Match) -> str:
@@ -1319,8 +1679,9 @@ class Runner:
         if ref_rev is None or test_rev is None:
             return False, f"  cannot read current revision (reference: {ref_rev}, under test: {test_rev})", \
                 self.revisions()
-        ctx_ref = SideCtx(sc.prefix, ref_rev)
-        ctx_test = SideCtx(sc.prefix, test_rev)
+        lock_keys = sc.name.startswith(("lock_", "elect_"))
+        ctx_ref = SideCtx(sc.prefix, ref_rev, lock_keys=lock_keys)
+        ctx_test = SideCtx(sc.prefix, test_rev, lock_keys=lock_keys)
         self.watch_member = None
         self.test_late = False
         try:
@@ -1337,7 +1698,7 @@ class Runner:
             argv_test = [ctx_test.subst(a) for a in step.argv]
             stdin_ref = ctx_ref.subst(step.stdin) if step.stdin is not None else None
             stdin_test = ctx_test.subst(step.stdin) if step.stdin is not None else None
-            canon = None
+            canon = auto_canon(step.argv)
             if step.kind != "run":
                 r_ref, r_test, shown = self.bg_step(sc, step, member, ctx_ref, ctx_test,
                                                     argv_ref, argv_test, stdin_ref, stdin_test)
@@ -1358,15 +1719,17 @@ class Runner:
                         if m:
                             ctx.leases[step.capture] = m.group(1)
                         else:
-                            m = re.search(r'"ID":([0-9]+)', r.stdout)
+                            m = re.search(r'"ID" ?: ?([0-9]+)', r.stdout)
                             if m:
                                 ctx.leases[step.capture] = f"{int(m.group(1)):016x}"
+                ctx_ref.learn(r_ref.stdout)
+                ctx_test.learn(r_test.stdout)
                 if r_test.code == "TIMEOUT" or "context deadline exceeded" in r_test.stderr:
                     self.unresponsive += 1
                 else:
                     self.unresponsive = 0
-            a = render(r_ref, ctx_ref.leases, self.keep_grpc, canon)
-            b = render(r_test, ctx_test.leases, self.keep_grpc, canon)
+            a = render(r_ref, ctx_ref, self.keep_grpc, canon)
+            b = render(r_test, ctx_test, self.keep_grpc, canon)
             if self.verbose:
                 print(f"  [{sc.name} {i}] {shown}" +
                       (f"  <<< {stdin_ref!r}" if stdin_ref is not None else ""))
@@ -1418,20 +1781,34 @@ class Runner:
             if self.verbose:
                 print(f"  [{sc.name}] watcher {name!r} <<< {stdin_ref!r}")
             return None, None, shown
+        if step.kind == "peek":
+            time.sleep(STOP_SETTLE)
+            r_ref, r_test = bp_ref.peek(), bp_test.peek()
+            ctx_ref.learn(r_ref.stdout)
+            ctx_test.learn(r_test.stdout)
+            return r_ref, r_test, f"{shown}  (background, output so far)"
         ok_ref, ok_test = wait_lines(bp_ref, bp_test, step.lines, self.test_late)
+        ctx_ref.learn(bp_ref.peek().stdout)
+        ctx_test.learn(bp_test.peek().stdout)
         if not ok_test:
             self.test_late = True
         if not ok_ref:
+            expected = "to exit" if step.lines < 0 else f"{step.lines} lines"
             print(f"# warning: {label} of the reference etcd printed {bp_ref.lines()} "
-                  f"lines, expected {step.lines} (etcdctl {self.ctl.version})", file=sys.stderr)
+                  f"lines, expected {expected} (etcdctl {self.ctl.version})", file=sys.stderr)
         if step.kind == "wait":
             if self.verbose:
                 print(f"  [{sc.name}] watcher {name!r}: {bp_ref.lines()}/{step.lines} lines")
             return None, None, shown
-        time.sleep(STOP_SETTLE)
+        if step.lines >= 0:
+            time.sleep(STOP_SETTLE)
         r_ref, r_test = bp_ref.stop(step.eof), bp_test.stop(step.eof)
+        ctx_ref.learn(r_ref.stdout)
+        ctx_test.learn(r_test.stdout)
         del ctx_ref.watchers[name], ctx_test.watchers[name]
         how = "EOF on stdin" if step.eof else "SIGTERM"
+        if step.lines < 0:
+            return r_ref, r_test, f"{shown}  (background, exits by itself)"
         return r_ref, r_test, f"{shown}  (background, {how} after {step.lines} stdout lines)"
 
 
