@@ -593,3 +593,21 @@ async fn a_hasleader_watch_ends_with_no_leader_on_a_minority() -> TestResult {
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_shutting_down_ends_its_watch_streams_with_an_error() -> TestResult {
+    let mut c = Cluster::start(1)?;
+    c.wait_leader(Duration::from_secs(20)).await?;
+    let mut w = Conn::open(&c, 0).await?;
+    w.create(watch_key("k")).await?;
+    // SIGTERM: the stream must end (so clients reconnect and resume) rather than hang.
+    let stopping = tokio::task::spawn_blocking(move || c.terminate(0).map_err(|e| e.to_string()));
+    let end = tokio::time::timeout(Duration::from_secs(20), w.rx.message()).await?;
+    match end {
+        Err(status) => assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}"),
+        Ok(None) => {}
+        Ok(Some(resp)) => return Err(format!("unexpected response {resp:?}").into()),
+    }
+    stopping.await??;
+    Ok(())
+}
