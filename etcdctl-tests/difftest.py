@@ -46,6 +46,19 @@ a member that no later write of that scenario goes to, after a linearizable `get
 on that member so that it has applied all earlier writes.  The server under test
 gets at most WAIT_GRACE seconds more than the reference to print a watcher's lines.
 
+Lease scenarios (lease_*): `lease timetolive` remaining TTLs are time-dependent,
+so remaining(N) / "ttl":N / "TTL" : N is shown as <=G when G-60 <= N <= G for the
+granted TTL G (granted TTLs stay exact); attached keys and `lease list` entries are
+sorted (their order is unspecified).  Leases are global, so lease_* scenarios
+revoke what they grant, except lease_grant_min (minimum-TTL leases that expire by
+themselves), which runs last.  Lock and election scenarios (lock_*, elect_*) run
+`etcdctl lock` / `etcdctl elect` (client-side concurrency recipes over KV, lease and
+watch) as background steps; their keys NAME/<lease id in hex> are normalized to
+NAME/<LEASE:Kn>, Kn being the n-th lease id seen in such a key in the scenario (and
+{L:Kn} usable in later steps); a waiter is known to be queued once a background
+`watch --rev` has printed its key; PEEK compares a background process's output so
+far (a queued waiter has printed nothing), EXITED waits for one to end by itself.
+
 Prints `PASS name (etcdctl X)` / `FAIL name (etcdctl X)` (+ a unified diff of the
 first differing step) per scenario and finally `N passed, M failed`; exits 1 if
 anything failed.
