@@ -1,5 +1,5 @@
 //! Plain HTTP on the client port, beside gRPC, as etcd serves it: `/metrics` (Prometheus),
-//! `/health` (etcd's JSON), `/livez` and `/readyz`. A tower layer answers these paths and
+//! `/health` (etcd's JSON), `/version`, `/livez` and `/readyz`. A tower layer answers these paths and
 //! passes everything else to the gRPC services.
 
 use std::future::Future;
@@ -59,6 +59,15 @@ fn endpoint(node: &RaftNode, path: &str) -> Option<Response<Body>> {
             StatusCode::SERVICE_UNAVAILABLE,
             "application/json",
             r#"{"health":"false","reason":"RAFT NO LEADER"}"#.into(),
+        ),
+        "/version" => reply(
+            StatusCode::OK,
+            "application/json",
+            format!(
+                r#"{{"etcdserver":"{}","etcdcluster":"{}"}}"#,
+                super::maintenance::ETCD_API_VERSION,
+                super::maintenance::ETCD_CLUSTER_VERSION
+            ),
         ),
         "/livez" => reply(StatusCode::OK, text, "ok\n".into()),
         "/readyz" if has_leader => reply(StatusCode::OK, text, "ok\n".into()),

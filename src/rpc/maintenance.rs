@@ -10,8 +10,12 @@ use crate::pb::etcdserverpb::alarm_request::AlarmAction;
 use crate::pb::etcdserverpb::maintenance_server::Maintenance;
 use crate::pb::etcdserverpb::{AlarmRequest, AlarmResponse, StatusRequest, StatusResponse};
 
-/// The etcd version Concord speaks, reported by `Status` for clients that gate features on it.
-pub const ETCD_API_VERSION: &str = "3.5.1";
+/// The etcd version Concord is compatible with, reported by `Status` and `/version`. Clients
+/// gate features on it: Kubernetes turns watch progress requests on only from 3.5.13, and
+/// Concord answers them the way 3.5.13 does (once every watch of the stream is synced).
+pub const ETCD_API_VERSION: &str = "3.5.13";
+/// The cluster version `/version` reports, as etcd does (major.minor.0).
+pub const ETCD_CLUSTER_VERSION: &str = "3.5.0";
 
 /// The Maintenance service.
 pub struct MaintenanceService {

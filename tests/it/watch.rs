@@ -352,6 +352,10 @@ async fn a_slow_watcher_never_blocks_writes_and_catches_up() -> TestResult {
         c.http_get(0, "/health").await?,
         r#"{"health":"true","reason":""}"#
     );
+    assert_eq!(
+        c.http_get(0, "/version").await?,
+        r#"{"etcdserver":"3.5.13","etcdcluster":"3.5.0"}"#
+    );
     Ok(())
 }
 
