@@ -213,6 +213,34 @@ async fn thousands_of_leases_expire_in_batches_without_stalling_writes() -> Test
         .err()
         .ok_or("revoking an unknown lease succeeded")?;
     assert_eq!(err.message(), "etcdserver: requested lease not found");
+
+    // A client-chosen id, granted once only; etcd's TTL ceiling.
+    let mine = client
+        .lease_grant(LeaseGrantRequest { ttl: 60, id: 777 })
+        .await?
+        .into_inner();
+    assert_eq!((mine.id, mine.ttl), (777, 60));
+    let again = client
+        .lease_grant(LeaseGrantRequest { ttl: 60, id: 777 })
+        .await
+        .err()
+        .ok_or("a duplicate lease id was granted")?;
+    assert_eq!(
+        (again.code(), again.message()),
+        (
+            tonic::Code::FailedPrecondition,
+            "etcdserver: lease already exists"
+        )
+    );
+    let huge = client
+        .lease_grant(LeaseGrantRequest {
+            ttl: 9_000_000_001,
+            id: 0,
+        })
+        .await
+        .err()
+        .ok_or("a TTL over the maximum was granted")?;
+    assert_eq!(huge.message(), "etcdserver: too large lease TTL");
     Ok(())
 }
 
