@@ -20,18 +20,20 @@ use crate::error::{Error, Result};
 const MAX_IN_FLIGHT: usize = 2;
 /// Most proposals in one entry.
 const MAX_BATCH: usize = 512;
+/// Proposals queued before new ones wait (backpressure instead of unbounded memory).
+const QUEUE: usize = 16 * MAX_BATCH;
 
 type Waiter = oneshot::Sender<Result<CommandResult>>;
 
 /// The leader-side proposal batcher.
 pub struct Batcher {
-    tx: mpsc::UnboundedSender<(Command, Waiter)>,
+    tx: mpsc::Sender<(Command, Waiter)>,
 }
 
 impl Batcher {
     /// Starts the batching task; entries are at most about `max_bytes` big.
     pub fn start(raft: Raft, max_bytes: usize) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<(Command, Waiter)>();
+        let (tx, mut rx) = mpsc::channel::<(Command, Waiter)>(QUEUE);
         tokio::spawn(async move {
             let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
             while let Some(first) = rx.recv().await {
@@ -57,7 +59,7 @@ impl Batcher {
 
     async fn propose(&self, cmd: Command) -> Result<CommandResult> {
         let (tx, rx) = oneshot::channel();
-        self.tx.send((cmd, tx)).map_err(|_| Error::Stopped)?;
+        self.tx.send((cmd, tx)).await.map_err(|_| Error::Stopped)?;
         rx.await.map_err(|_| Error::Stopped)?
     }
 }

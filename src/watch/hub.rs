@@ -3,7 +3,7 @@
 //! Lock order: the hub lock is taken after the MVCC state lock has been released (publish runs
 //! after the apply batch committed); the sync task reads history without holding the hub lock.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{mpsc, Notify};
@@ -200,16 +200,14 @@ impl WatchHub {
         let mut slow = Vec::new();
         for group in events.chunk_by(|a, b| mod_rev(a) == mod_rev(b)) {
             let rev = group.first().map_or(revision, mod_rev);
-            let mut targets: BTreeMap<u64, ()> = BTreeMap::new();
+            let mut targets: BTreeSet<u64> = BTreeSet::new();
             for e in group {
-                if let Some(kv) = &e.kv {
-                    if let Some(ids) = s.by_key.get(&kv.key) {
-                        targets.extend(ids.iter().map(|i| (*i, ())));
-                    }
+                if let Some(ids) = e.kv.as_ref().and_then(|kv| s.by_key.get(&kv.key)) {
+                    targets.extend(ids);
                 }
             }
-            targets.extend(s.ranged.iter().map(|i| (*i, ())));
-            for id in targets.keys() {
+            targets.extend(&s.ranged);
+            for id in &targets {
                 let Some(w) = s.synced.get_mut(id) else {
                     continue;
                 };
