@@ -63,6 +63,9 @@ pub enum Error {
     /// Nobody leads the election.
     #[error("election: no leader")]
     ElectionNoLeader,
+    /// Too many proposals are waiting.
+    #[error("too many requests")]
+    TooManyRequests,
     /// The member is shutting down.
     #[error("server stopped")]
     Stopped,
@@ -73,7 +76,7 @@ pub enum Error {
 
 impl Error {
     /// Every variant, for tests and for decoding codes.
-    pub const ALL: [Error; 21] = [
+    pub const ALL: [Error; 22] = [
         Error::Compacted,
         Error::FutureRevision,
         Error::EmptyKey,
@@ -95,6 +98,7 @@ impl Error {
         Error::SessionExpired,
         Error::ElectionNotLeader,
         Error::ElectionNoLeader,
+        Error::TooManyRequests,
     ];
 
     /// The stable wire code of this error (never 0, which means "no error").

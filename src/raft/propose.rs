@@ -6,6 +6,7 @@
 //! (a [`CommandBatch`]); one fsync then covers them all. A follower forwards its proposals to the
 //! leader's `Forward` RPC, where they join the same batches.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use openraft::error::RaftError;
@@ -20,20 +21,24 @@ use crate::error::{Error, Result};
 const MAX_IN_FLIGHT: usize = 2;
 /// Most proposals in one entry.
 const MAX_BATCH: usize = 512;
-/// Proposals queued before new ones wait (backpressure instead of unbounded memory).
+/// Proposals queued before new ones are refused with `too many requests`, as etcd refuses
+/// proposals when apply falls too far behind (bounded memory under overload).
 const QUEUE: usize = 16 * MAX_BATCH;
 
 type Waiter = oneshot::Sender<Result<CommandResult>>;
 
 /// The leader-side proposal batcher.
 pub struct Batcher {
-    tx: mpsc::Sender<(Command, Waiter)>,
+    tx: mpsc::UnboundedSender<(Command, Waiter)>,
+    queued: Arc<AtomicUsize>,
 }
 
 impl Batcher {
     /// Starts the batching task; entries are at most about `max_bytes` big.
     pub fn start(raft: Raft, max_bytes: usize) -> Self {
-        let (tx, mut rx) = mpsc::channel::<(Command, Waiter)>(QUEUE);
+        let (tx, mut rx) = mpsc::unbounded_channel::<(Command, Waiter)>();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let taken = queued.clone();
         tokio::spawn(async move {
             let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
             while let Some(first) = rx.recv().await {
@@ -47,6 +52,7 @@ impl Batcher {
                     size += next.0.encoded_len();
                     batch.push(next);
                 }
+                taken.fetch_sub(batch.len(), Ordering::Relaxed);
                 let raft = raft.clone();
                 tokio::spawn(async move {
                     submit(&raft, batch).await;
@@ -54,12 +60,16 @@ impl Batcher {
                 });
             }
         });
-        Batcher { tx }
+        Batcher { tx, queued }
     }
 
     async fn propose(&self, cmd: Command) -> Result<CommandResult> {
         let (tx, rx) = oneshot::channel();
-        self.tx.send((cmd, tx)).await.map_err(|_| Error::Stopped)?;
+        if self.queued.fetch_add(1, Ordering::Relaxed) >= QUEUE {
+            self.queued.fetch_sub(1, Ordering::Relaxed);
+            return Err(Error::TooManyRequests);
+        }
+        self.tx.send((cmd, tx)).map_err(|_| Error::Stopped)?;
         rx.await.map_err(|_| Error::Stopped)?
     }
 }

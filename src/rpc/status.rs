@@ -35,6 +35,7 @@ pub fn code_and_message(e: Error) -> (Code, &'static str) {
         Error::LeaderChanged => (Code::Unavailable, "etcdserver: leader changed"),
         Error::Timeout => (Code::Unavailable, "etcdserver: request timed out"),
         Error::Stopped => (Code::Unavailable, "etcdserver: server stopped"),
+        Error::TooManyRequests => (Code::ResourceExhausted, "etcdserver: too many requests"),
         Error::Storage => (Code::Unknown, "etcdserver: storage failure"),
         Error::LeaseExists => (Code::FailedPrecondition, "etcdserver: lease already exists"),
         Error::LeaseTtlTooLarge => (Code::OutOfRange, "etcdserver: too large lease TTL"),
