@@ -147,7 +147,6 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
     let ctx = Context {
         node: node.clone(),
         max_txn_ops: cfg.max_txn_ops,
-        name: cfg.name.clone(),
         client_urls: config::split_urls(&cfg.advertise_client_urls),
         member_names: members
             .iter()

@@ -68,7 +68,7 @@ pub fn put(txn: &mut impl KvTxn, req: &PutRequest) -> Result<PutResponse> {
 /// # Errors
 /// A storage failure.
 pub fn delete_range(txn: &mut impl KvTxn, req: &DeleteRangeRequest) -> Result<DeleteRangeResponse> {
-    let deleted = txn.delete_range(&KeyRange::new(&req.key, &req.range_end))?;
+    let deleted = txn.delete_range(&KeyRange::new(&req.key, &req.range_end), req.prev_kv)?;
     Ok(DeleteRangeResponse {
         header: Some(ResponseHeader {
             revision: txn.read_revision(),

@@ -269,14 +269,15 @@ pub trait KvTxn {
     ///
     /// # Errors
     /// On a read failure, or when called on a read-only transaction.
-    fn put(&mut self, key: &[u8], value: &[u8], lease: i64) -> Result<Option<KeyValue>>;
+    fn put(&mut self, key: &[u8], value: &[u8], lease: i64) -> Result<()>;
     /// Whether lease `id` exists.
     fn lease_exists(&self, id: i64) -> bool;
-    /// Deletes every key of `range`, returning the deleted key-values.
+    /// Deletes every key of `range`, returning the deleted key-values (with their values only
+    /// when `with_values`: reading them costs a disk read each).
     ///
     /// # Errors
     /// On a read failure, or when called on a read-only transaction.
-    fn delete_range(&mut self, range: &KeyRange) -> Result<Vec<KeyValue>>;
+    fn delete_range(&mut self, range: &KeyRange, with_values: bool) -> Result<Vec<KeyValue>>;
 }
 
 fn key_value(key: &[u8], change: &KeyRevision, value: Vec<u8>) -> KeyValue {
@@ -322,7 +323,7 @@ impl KvTxn for ReadTxn<'_> {
         load_from_disk(self.storage, key, change)
     }
 
-    fn put(&mut self, _: &[u8], _: &[u8], _: i64) -> Result<Option<KeyValue>> {
+    fn put(&mut self, _: &[u8], _: &[u8], _: i64) -> Result<()> {
         Err(Error::Storage)
     }
 
@@ -330,7 +331,7 @@ impl KvTxn for ReadTxn<'_> {
         self.state.leases.contains(id)
     }
 
-    fn delete_range(&mut self, _: &KeyRange) -> Result<Vec<KeyValue>> {
+    fn delete_range(&mut self, _: &KeyRange, _: bool) -> Result<Vec<KeyValue>> {
         Err(Error::Storage)
     }
 }
@@ -437,7 +438,7 @@ impl WriteTxn<'_> {
         self.staged
             .insert((Space::Lease, id.to_be_bytes().to_vec()), None);
         for key in lease.keys {
-            self.delete_range(&KeyRange::Single(key))?;
+            self.delete_range(&KeyRange::Single(key), false)?;
         }
         Ok(())
     }
@@ -496,41 +497,42 @@ impl KvTxn for WriteTxn<'_> {
         }
     }
 
-    fn put(&mut self, key: &[u8], value: &[u8], lease: i64) -> Result<Option<KeyValue>> {
-        let at = self.read_revision();
-        let prev = match self.state.index.get(key, at).copied() {
-            Some(kr) => Some(self.load(key, &kr)?),
-            None => None,
-        };
+    fn put(&mut self, key: &[u8], value: &[u8], lease: i64) -> Result<()> {
+        // The index holds everything a put needs of the previous version: no disk read.
+        let prev = self.state.index.get(key, self.read_revision()).copied();
         let rev = self.next_revision();
         let change = KeyRevision {
             rev,
-            create_revision: prev.as_ref().map_or(rev.main, |p| p.create_revision),
-            version: prev.as_ref().map_or(1, |p| p.version + 1),
+            create_revision: prev.map_or(rev.main, |p| p.create_revision),
+            version: prev.map_or(1, |p| p.version + 1),
             lease,
         };
-        if let Some(p) = prev.as_ref().filter(|p| p.lease != 0) {
+        if let Some(p) = prev.filter(|p| p.lease != 0) {
             self.state.leases.detach(p.lease, key);
         }
         if lease != 0 {
             self.state.leases.attach(lease, key);
         }
         self.record(key, change, value);
-        Ok(prev)
+        Ok(())
     }
 
     fn lease_exists(&self, id: i64) -> bool {
         self.state.leases.contains(id)
     }
 
-    fn delete_range(&mut self, range: &KeyRange) -> Result<Vec<KeyValue>> {
+    fn delete_range(&mut self, range: &KeyRange, with_values: bool) -> Result<Vec<KeyValue>> {
         let at = self.read_revision();
         let mut deleted = Vec::new();
         for (key, kr) in self.index_range(range, at) {
             if kr.lease != 0 {
                 self.state.leases.detach(kr.lease, &key);
             }
-            deleted.push(self.load(&key, &kr)?);
+            deleted.push(if with_values {
+                self.load(&key, &kr)?
+            } else {
+                key_value(&key, &kr, Vec::new())
+            });
             let rev = self.next_revision();
             self.record(&key, KeyRevision::tombstone(rev), b"");
         }

@@ -66,8 +66,6 @@ pub struct Context {
     pub node: Arc<RaftNode>,
     /// `--max-txn-ops`.
     pub max_txn_ops: usize,
-    /// This member's name.
-    pub name: String,
     /// This member's advertised client URLs.
     pub client_urls: Vec<String>,
     /// Names of the initial members by id.

@@ -11,6 +11,3 @@ mod hub;
 pub mod sync;
 
 pub use hub::{StreamMsg, WatchHub, WatchSpec};
-
-/// etcd's default interval between progress notifications for `progress_notify` watches.
-pub const DEFAULT_PROGRESS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(600);
