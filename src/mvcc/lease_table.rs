@@ -15,6 +15,18 @@ pub struct LeaseInfo {
     pub keys: BTreeSet<Vec<u8>>,
 }
 
+impl LeaseInfo {
+    /// The TTL a leader starts this lease with: the last checkpointed remaining TTL, or the
+    /// granted one.
+    pub fn resume_ttl(&self) -> i64 {
+        if self.remaining > 0 {
+            self.remaining
+        } else {
+            self.ttl
+        }
+    }
+}
+
 /// Lease id → lease.
 #[derive(Debug, Default)]
 pub struct LeaseTable {
@@ -37,7 +49,7 @@ impl LeaseTable {
     pub fn all(&self) -> Vec<(i64, i64)> {
         self.leases
             .iter()
-            .map(|(id, l)| (*id, if l.remaining > 0 { l.remaining } else { l.ttl }))
+            .map(|(id, l)| (*id, l.resume_ttl()))
             .collect()
     }
 
@@ -77,15 +89,5 @@ impl LeaseTable {
         if let Some(l) = self.leases.get_mut(&id) {
             l.keys.remove(key);
         }
-    }
-
-    /// Number of leases.
-    pub fn len(&self) -> usize {
-        self.leases.len()
-    }
-
-    /// Whether there are no leases.
-    pub fn is_empty(&self) -> bool {
-        self.leases.is_empty()
     }
 }

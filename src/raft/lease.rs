@@ -107,10 +107,11 @@ impl RaftNode {
         req: &LeaseTimeToLiveRequest,
     ) -> Result<LeaseTimeToLiveResponse> {
         let lease = self.mvcc.lease(req.id).ok_or(Error::LeaseNotFound)?;
+        // Not tracked yet (a new leader's first tick): what the lessor is about to start with.
         let remaining = self
             .lessor
             .remaining(req.id)
-            .map_or(lease.ttl, |d| d.as_secs() as i64);
+            .map_or(lease.resume_ttl(), |d| d.as_secs() as i64);
         Ok(LeaseTimeToLiveResponse {
             header: None,
             id: req.id,
