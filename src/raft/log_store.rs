@@ -150,6 +150,7 @@ impl Syncer {
         let entries: Vec<(u64, Vec<u8>)> = batch.iter().map(|(i, _, b)| (*i, b.clone())).collect();
         storage.append_log(&entries).map_err(|e| e.to_string())?;
         let started = std::time::Instant::now();
+        slow_disk_failpoint();
         storage.persist_log().map_err(|e| e.to_string())?;
         crate::metrics::WAL_FSYNC.observe(started.elapsed());
         let mut buffer = shared.buffer();
@@ -160,6 +161,24 @@ impl Syncer {
             }
         }
         Ok(())
+    }
+}
+
+/// The fault-injection suite's slow disk: when the server was started with
+/// `CONCORD_FAILPOINT_DIR` set, every log fsync first sleeps for the milliseconds written in
+/// `<dir>/fsync-delay-ms` (if that file exists). Without the variable this costs one check of a
+/// cached `None`.
+fn slow_disk_failpoint() {
+    static DIR: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    let Some(dir) = DIR.get_or_init(|| std::env::var_os("CONCORD_FAILPOINT_DIR").map(Into::into))
+    else {
+        return;
+    };
+    let delay = std::fs::read_to_string(dir.join("fsync-delay-ms"))
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    if let Some(ms) = delay {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
     }
 }
 

@@ -1,0 +1,221 @@
+//! The nemesis: faults, a schedule of them chosen by the seed, and probes of a cut-off minority.
+
+use std::time::Duration;
+
+use anyhow::Result;
+
+use crate::client::{bounded, Outcome};
+use crate::cluster::Cluster;
+use crate::history::{FaultRecord, MinorityProbe};
+use crate::rng::Rng;
+use crate::workload::Ctx;
+
+/// The faults the suite injects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// `kill -9` of a random member, restarted later.
+    KillRandom,
+    /// `kill -9` of the leader, restarted later.
+    KillLeader,
+    /// SIGSTOP of the leader for longer than the election timeout, then SIGCONT.
+    PauseLeader,
+    /// The leader cut off from everyone else.
+    IsolateLeader,
+    /// A random minority cut off from the majority.
+    SplitMinority,
+    /// A one-way cut: one member stops receiving from another (leader ↔ a follower).
+    OneWayCut,
+    /// `kill -9` of every member at once, then all restarted.
+    CrashAll,
+    /// Every log fsync of the leader and one follower takes an extra 200–400 ms.
+    SlowDisk,
+}
+
+impl Fault {
+    /// Every kind, in declaration order.
+    pub const ALL: [Fault; 8] = [
+        Fault::KillRandom,
+        Fault::KillLeader,
+        Fault::PauseLeader,
+        Fault::IsolateLeader,
+        Fault::SplitMinority,
+        Fault::OneWayCut,
+        Fault::CrashAll,
+        Fault::SlowDisk,
+    ];
+
+    /// A short name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::KillRandom => "kill-random",
+            Fault::KillLeader => "kill-leader",
+            Fault::PauseLeader => "pause-leader",
+            Fault::IsolateLeader => "isolate-leader",
+            Fault::SplitMinority => "split-minority",
+            Fault::OneWayCut => "one-way-cut",
+            Fault::CrashAll => "crash-all",
+            Fault::SlowDisk => "slow-disk",
+        }
+    }
+}
+
+/// Every kind once, in a seed-chosen order (short mode), or `count` random picks (soak mode).
+pub fn schedule(rng: &mut Rng, count: Option<usize>) -> Vec<Fault> {
+    match count {
+        None => {
+            let mut all = Fault::ALL.to_vec();
+            rng.shuffle(&mut all);
+            all
+        }
+        Some(n) => (0..n)
+            .map(|_| Fault::ALL[rng.below(Fault::ALL.len())])
+            .collect(),
+    }
+}
+
+/// Injects `fault`, holds it for a seed-chosen time, heals it, and waits for a leader again.
+pub async fn inject(cluster: &mut Cluster, ctx: &Ctx, fault: Fault, rng: &mut Rng) -> Result<()> {
+    let n = cluster.size();
+    let leader = match cluster.leader(&ctx.clients).await {
+        Some(l) => l,
+        None => rng.below(n),
+    };
+    let hold = Duration::from_millis(rng.between(2500, 4500));
+    let start = ctx.clock.now();
+    let mut members = vec![leader];
+    match fault {
+        Fault::KillRandom | Fault::KillLeader => {
+            let m = if fault == Fault::KillRandom {
+                rng.below(n)
+            } else {
+                leader
+            };
+            members = vec![m];
+            cluster.kill(m)?;
+            tokio::time::sleep(hold).await;
+            cluster.spawn(m)?;
+        }
+        Fault::PauseLeader => {
+            cluster.pause(leader)?;
+            tokio::time::sleep(hold).await;
+            cluster.resume(leader)?;
+        }
+        Fault::IsolateLeader => {
+            let rest: Vec<usize> = (0..n).filter(|m| *m != leader).collect();
+            cluster.net.partition(&[vec![leader], rest])?;
+            probe_minority(ctx, &[leader], hold).await;
+            cluster.net.heal()?;
+        }
+        Fault::SplitMinority => {
+            let mut all: Vec<usize> = (0..n).collect();
+            rng.shuffle(&mut all);
+            let (minority, majority) = all.split_at((n - 1) / 2);
+            members = minority.to_vec();
+            cluster
+                .net
+                .partition(&[minority.to_vec(), majority.to_vec()])?;
+            probe_minority(ctx, minority, hold).await;
+            cluster.net.heal()?;
+        }
+        Fault::OneWayCut => {
+            let follower = (leader + 1 + rng.below(n - 1)) % n;
+            let (from, to) = if rng.below(2) == 0 {
+                (leader, follower)
+            } else {
+                (follower, leader)
+            };
+            members = vec![from, to];
+            cluster.net.cut(from, to)?;
+            tokio::time::sleep(hold).await;
+            cluster.net.heal()?;
+        }
+        Fault::CrashAll => {
+            members = (0..n).collect();
+            cluster.kill_all()?;
+            tokio::time::sleep(Duration::from_millis(rng.between(200, 1500))).await;
+            for m in 0..n {
+                cluster.spawn(m)?;
+            }
+        }
+        Fault::SlowDisk => {
+            let other = (leader + 1 + rng.below(n - 1)) % n;
+            members = vec![leader, other];
+            for m in &members {
+                cluster.slow_disk(*m, rng.between(200, 400))?;
+            }
+            tokio::time::sleep(hold).await;
+            for m in &members {
+                cluster.slow_disk(*m, 0)?;
+            }
+        }
+    }
+    let end = ctx.clock.now();
+    ctx.rec.get().faults.push(FaultRecord {
+        kind: fault.name().into(),
+        members,
+        start,
+        end,
+    });
+    tracing::info!(fault = fault.name(), "healed");
+    if cluster
+        .wait_leader(&ctx.clients, Duration::from_secs(20))
+        .await
+        .is_err()
+    {
+        ctx.rec.get().harness_violations.push(format!(
+            "availability: no leader 20 s after healing {}",
+            fault.name()
+        ));
+    }
+    tokio::time::sleep(Duration::from_millis(rng.between(1000, 2000))).await;
+    Ok(())
+}
+
+/// While a partition holds `minority` apart, sends each of its members a put and a
+/// linearizable get, each of which must fail before the partition heals.
+async fn probe_minority(ctx: &Ctx, minority: &[usize], hold: Duration) {
+    let started = tokio::time::Instant::now();
+    // Requests already in flight when the cut happened may still complete; probe after that.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let limit = hold.saturating_sub(Duration::from_millis(600));
+    let probes = minority.iter().map(|m| async move {
+        let call = ctx.clock.now();
+        let mut kv = ctx.clients.kv(*m);
+        let put = kv.put(concord::pb::etcdserverpb::PutRequest {
+            key: format!("minority/{m}/{call}").into(),
+            value: "must not commit".into(),
+            ..Default::default()
+        });
+        let put_ok = matches!(bounded(limit, put).await, Outcome::Ok(_));
+        let put_ret = ctx.clock.now();
+        let get_call = ctx.clock.now();
+        let mut kv = ctx.clients.kv(*m);
+        let get = kv.range(concord::pb::etcdserverpb::RangeRequest {
+            key: "r/".into(),
+            ..Default::default()
+        });
+        let get_ok = matches!(
+            bounded(limit.saturating_sub(Duration::from_millis(50)), get).await,
+            Outcome::Ok(_)
+        );
+        let mut h = ctx.rec.get();
+        h.minority_probes.push(MinorityProbe {
+            member: *m,
+            kind: "put".into(),
+            call,
+            ret: put_ret,
+            succeeded: put_ok,
+        });
+        h.minority_probes.push(MinorityProbe {
+            member: *m,
+            kind: "linearizable get".into(),
+            call: get_call,
+            ret: ctx.clock.now(),
+            succeeded: get_ok,
+        });
+    });
+    futures::future::join_all(probes).await;
+    if let Some(rest) = hold.checked_sub(started.elapsed()) {
+        tokio::time::sleep(rest).await;
+    }
+}

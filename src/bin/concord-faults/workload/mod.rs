@@ -1,0 +1,121 @@
+//! The concurrent client workloads. Each runs until the run stops it, spreads its requests over
+//! every member, bounds every call, and records what it saw in the shared history.
+
+pub mod durable;
+pub mod lease;
+pub mod lock;
+pub mod register;
+pub mod watch;
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use concord::pb::etcdserverpb::{PutRequest, RangeRequest};
+
+use crate::client::{bounded, Clients, Outcome, CALL_TIMEOUT};
+use crate::history::{Clock, Recorder};
+
+/// What every client task shares.
+pub struct Ctx {
+    /// Channels to the members.
+    pub clients: Clients,
+    /// The history being recorded.
+    pub rec: Arc<Recorder>,
+    /// The run's clock.
+    pub clock: Clock,
+    /// The fenced resource: the highest token it has accepted.
+    pub fence: Mutex<i64>,
+    stop: AtomicBool,
+    abort: AtomicBool,
+    watch_target: AtomicI64,
+}
+
+impl Ctx {
+    /// A context for a new run.
+    pub fn new(clients: Clients, clock: Clock) -> Arc<Ctx> {
+        Arc::new(Ctx {
+            clients,
+            rec: Arc::new(Recorder::default()),
+            clock,
+            fence: Mutex::new(i64::MIN),
+            stop: AtomicBool::new(false),
+            abort: AtomicBool::new(false),
+            watch_target: AtomicI64::new(0),
+        })
+    }
+
+    /// Whether clients should finish their current operation and stop.
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Asks clients to stop.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether clients must give up at once (the run is out of time).
+    pub fn aborted(&self) -> bool {
+        self.abort.load(Ordering::Relaxed)
+    }
+
+    /// Makes every client give up.
+    pub fn abort(&self) {
+        self.abort.store(true, Ordering::Relaxed);
+    }
+
+    /// The revision watchers must reach before they stop (0: not known yet).
+    pub fn watch_target(&self) -> i64 {
+        self.watch_target.load(Ordering::Relaxed)
+    }
+
+    /// Sets the revision watchers must reach.
+    pub fn set_watch_target(&self, rev: i64) {
+        self.watch_target.store(rev, Ordering::Relaxed);
+    }
+
+    /// A put through member `m`; the revision if acknowledged.
+    pub async fn put(&self, m: usize, key: &str, value: &str, lease: i64) -> Outcome<i64> {
+        let req = PutRequest {
+            key: key.into(),
+            value: value.into(),
+            lease,
+            ..Default::default()
+        };
+        match bounded(CALL_TIMEOUT, self.clients.kv(m).put(req)).await {
+            Outcome::Ok(r) => Outcome::Ok(r.header.map_or(0, |h| h.revision)),
+            Outcome::Err(e) => Outcome::Err(e),
+            Outcome::Timeout => Outcome::Timeout,
+        }
+    }
+
+    /// A linearizable range of `[key, end)` through member `m`.
+    pub async fn range(
+        &self,
+        m: usize,
+        key: &str,
+        end: &str,
+    ) -> Outcome<concord::pb::etcdserverpb::RangeResponse> {
+        let req = RangeRequest {
+            key: key.into(),
+            range_end: end.into(),
+            ..Default::default()
+        };
+        bounded(CALL_TIMEOUT, self.clients.kv(m).range(req)).await
+    }
+}
+
+/// The end of the range of every key starting with `prefix`.
+pub fn prefix_end(prefix: &str) -> String {
+    let mut bytes = prefix.as_bytes().to_vec();
+    if let Some(last) = bytes.last_mut() {
+        *last += 1;
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// A short pause between operations, so six workloads fit on two cores beside three servers.
+pub async fn think(rng: &mut crate::rng::Rng, max_ms: u64) {
+    tokio::time::sleep(Duration::from_millis(rng.between(1, max_ms))).await;
+}
