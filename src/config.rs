@@ -86,14 +86,15 @@ pub struct Config {
         value_parser = parse_duration
     )]
     pub watch_progress_notify_interval: Duration,
-    /// How often the leader records remaining lease TTLs in the log (default: one election
-    /// timeout), bounding how long a lease can outlive its TTL across a leader change.
+    /// How often the leader records remaining lease TTLs in the log (etcd's default, 5m),
+    /// bounding how long an unrenewed lease can outlive its TTL across a leader change.
     #[arg(
         long = "experimental-lease-checkpoint-interval",
         env = "ETCD_EXPERIMENTAL_LEASE_CHECKPOINT_INTERVAL",
+        default_value = "5m",
         value_parser = parse_duration
     )]
-    pub lease_checkpoint_interval: Option<Duration>,
+    pub lease_checkpoint_interval: Duration,
     /// Log level: debug, info, warn, error.
     #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
     pub log_level: String,

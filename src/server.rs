@@ -111,9 +111,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
         max_request_bytes: cfg.max_request_bytes,
         snapshot_every: cfg.snapshot_count,
         progress_interval: cfg.watch_progress_notify_interval,
-        lease_checkpoint_interval: cfg
-            .lease_checkpoint_interval
-            .unwrap_or(std::time::Duration::from_millis(cfg.election_timeout)),
+        lease_checkpoint_interval: cfg.lease_checkpoint_interval,
     };
     let node = RaftNode::start(id, cluster_id, storage.clone(), &data_dir, options).await?;
     let (stop, stop_rx) = watch::channel(false);

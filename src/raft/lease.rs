@@ -49,7 +49,7 @@ impl RaftNode {
     async fn try_lease_renew(&self, id: i64) -> Result<i64> {
         match self.leader() {
             None => Err(Error::NoLeader),
-            Some(l) if l == self.id => Ok(self.renew_local(id)),
+            Some(l) if l == self.id => self.renew_on_leader(id).await,
             Some(l) => {
                 let addr = self.leader_addr(l).ok_or(Error::NoLeader)?;
                 let mut client = self.peers.client(&addr).map_err(|_| Error::NoLeader)?;
@@ -66,12 +66,39 @@ impl RaftNode {
         }
     }
 
-    /// Renews on this member, which must lead.
-    pub(super) fn renew_local(&self, id: i64) -> i64 {
-        match self.mvcc.lease(id) {
-            Some(l) if self.lessor.renew(id, l.ttl) => l.ttl,
-            _ => 0,
+    /// Renews on this member, which must lead; returns the TTL, or 0 if the lease is gone.
+    ///
+    /// Better than etcd in one respect: leadership is confirmed by a quorum first (a read-index
+    /// round, batched with other reads), so a deposed leader that has not noticed yet (say,
+    /// resumed after a pause) cannot promise a TTL the real leader will not honour. As etcd,
+    /// if a checkpoint recorded less than the full TTL, the renewal clears it through the log
+    /// before answering, so a next leader resumes from the full TTL promised here.
+    ///
+    /// # Errors
+    /// [`Error::LeaderChanged`] when this member no longer leads; proposal errors.
+    pub(super) async fn renew_on_leader(&self, id: i64) -> Result<i64> {
+        self.read_index().await?;
+        if self.leader() != Some(self.id) {
+            return Err(Error::LeaderChanged);
         }
+        let _gate = self.checkpoint_gate.read().await;
+        let Some(lease) = self.mvcc.lease(id) else {
+            return Ok(0);
+        };
+        if !self.lessor.renew(id, lease.ttl) {
+            return Ok(0);
+        }
+        if lease.remaining > 0 {
+            let clear = LeaseCheckpoint {
+                id,
+                remaining_ttl: 0,
+            };
+            let cmd = Command::new(Op::LeaseCheckpoint(LeaseCheckpointRequest {
+                checkpoints: vec![clear],
+            }));
+            self.propose(cmd).await?;
+        }
+        Ok(lease.ttl)
     }
 
     /// Lease `id`'s remaining and granted TTL (and keys), from the leader.
@@ -125,19 +152,22 @@ impl RaftNode {
         })
     }
 
-    /// Proposes the remaining TTL of every lease, so a new leader does not restart them.
+    /// Proposes the remaining TTL of every lease, so a new leader does not restart them. Holds
+    /// the checkpoint gate from reading the deadlines until the entry commits, so no renewal
+    /// slips between the two unrecorded.
     fn propose_checkpoints(self: &Arc<Self>) {
-        let checkpoints: Vec<LeaseCheckpoint> = self
-            .lessor
-            .remaining_all()
-            .into_iter()
-            .map(|(id, remaining_ttl)| LeaseCheckpoint { id, remaining_ttl })
-            .collect();
-        if checkpoints.is_empty() {
-            return;
-        }
         let node = self.clone();
         tokio::spawn(async move {
+            let _gate = node.checkpoint_gate.write().await;
+            let checkpoints: Vec<LeaseCheckpoint> = node
+                .lessor
+                .remaining_all()
+                .into_iter()
+                .map(|(id, remaining_ttl)| LeaseCheckpoint { id, remaining_ttl })
+                .collect();
+            if checkpoints.is_empty() {
+                return;
+            }
             let cmd = Command::new(Op::LeaseCheckpoint(LeaseCheckpointRequest { checkpoints }));
             if let Err(e) = node.propose(cmd).await {
                 tracing::debug!(error = %e, "lease checkpoint not committed");

@@ -81,6 +81,9 @@ pub struct RaftNode {
     storage: Storage,
     proposals: propose::Batcher,
     lessor: crate::lease::Lessor,
+    /// Orders checkpoints against renewals: a checkpoint (writer) reflects every renewal before
+    /// it, and a renewal (reader) after it clears it. See `lease.rs`.
+    checkpoint_gate: tokio::sync::RwLock<()>,
 }
 
 impl RaftNode {
@@ -134,6 +137,7 @@ impl RaftNode {
             storage,
             proposals,
             lessor,
+            checkpoint_gate: tokio::sync::RwLock::new(()),
         });
         node.start_lease_expiry();
         Ok(node)

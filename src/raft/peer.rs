@@ -84,9 +84,12 @@ impl RaftPeer for PeerService {
         req: Request<LeaseKeepAliveRequest>,
     ) -> Result<Response<LeaseRenewResponse>, Status> {
         let reply = if self.node.leader() == Some(self.node.id) {
-            LeaseRenewResponse {
-                ttl: self.node.renew_local(req.get_ref().id),
-                error: 0,
+            match self.node.renew_on_leader(req.get_ref().id).await {
+                Ok(ttl) => LeaseRenewResponse { ttl, error: 0 },
+                Err(e) => LeaseRenewResponse {
+                    ttl: 0,
+                    error: e.code(),
+                },
             }
         } else {
             LeaseRenewResponse {

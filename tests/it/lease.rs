@@ -262,7 +262,7 @@ async fn thousands_of_leases_expire_in_batches_without_stalling_writes() -> Test
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoints_keep_a_lease_from_outliving_its_ttl_across_a_leader_change() -> TestResult {
-    let mut c = Cluster::start(3)?;
+    let mut c = Cluster::start_with(3, &["--experimental-lease-checkpoint-interval", "500ms"])?;
     let leader = c.wait_leader(Duration::from_secs(20)).await?;
     let follower = (leader + 1) % 3;
     let granted = Instant::now();
@@ -294,6 +294,50 @@ async fn checkpoints_keep_a_lease_from_outliving_its_ttl_across_a_leader_change(
     assert!(
         lived >= Duration::from_millis(9_500),
         "expired early: {lived:?}"
+    );
+    Ok(())
+}
+
+/// One keep-alive through `member`; the TTL it answers.
+async fn keep_alive_once(c: &Cluster, member: usize, lease: i64) -> TestResult<i64> {
+    let mut client = lease_client(c, member).await?;
+    let requests = futures::stream::iter(vec![LeaseKeepAliveRequest { id: lease }]);
+    let mut replies = client.lease_keep_alive(requests).await?.into_inner();
+    let reply = replies.message().await?.ok_or("no keep-alive reply")?;
+    Ok(reply.ttl)
+}
+
+/// Regression: a checkpoint records a lease's remaining TTL; a keep-alive then renews it to the
+/// full TTL on the leader only. If the leader dies before its next checkpoint, the new leader
+/// must not resume from the stale checkpoint, or the lease expires before the TTL the
+/// keep-alive promised (a second lock holder while the first still holds a live lease). As
+/// etcd, a renewal clears the checkpoint through the log before it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_after_a_checkpoint_is_honoured_by_the_next_leader() -> TestResult {
+    let mut c = Cluster::start_with(3, &["--experimental-lease-checkpoint-interval", "3s"])?;
+    let leader = c.wait_leader(Duration::from_secs(20)).await?;
+    let follower = (leader + 1) % 3;
+    let lease = grant(&c, follower, 30).await?;
+    put_leased(&c, follower, "kept", lease).await?;
+    // Let checkpoints record a remaining TTL of at most 24 s (one within the last 3 s).
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    let renewed = Instant::now();
+    assert_eq!(keep_alive_once(&c, follower, lease).await?, 30);
+    c.kill(leader)?;
+    c.wait_leader(Duration::from_secs(20)).await?;
+    let left = lease_client(&c, follower)
+        .await?
+        .lease_time_to_live(LeaseTimeToLiveRequest {
+            id: lease,
+            keys: false,
+        })
+        .await?
+        .into_inner()
+        .ttl;
+    let promised = 30 - renewed.elapsed().as_secs() as i64;
+    assert!(
+        left >= promised - 1,
+        "the new leader cut the renewed lease short: {left} s left, {promised} s promised"
     );
     Ok(())
 }

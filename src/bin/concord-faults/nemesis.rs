@@ -29,11 +29,14 @@ pub enum Fault {
     CrashAll,
     /// Every log fsync of the leader and one follower takes an extra 200–400 ms.
     SlowDisk,
+    /// Every member's disk slows down, then every member is killed mid-write and restarted:
+    /// acknowledged writes must have been on disk.
+    CrashSlowDisk,
 }
 
 impl Fault {
     /// Every kind, in declaration order.
-    pub const ALL: [Fault; 8] = [
+    pub const ALL: [Fault; 9] = [
         Fault::KillRandom,
         Fault::KillLeader,
         Fault::PauseLeader,
@@ -42,6 +45,7 @@ impl Fault {
         Fault::OneWayCut,
         Fault::CrashAll,
         Fault::SlowDisk,
+        Fault::CrashSlowDisk,
     ];
 
     /// A short name for reports.
@@ -55,6 +59,7 @@ impl Fault {
             Fault::OneWayCut => "one-way-cut",
             Fault::CrashAll => "crash-all",
             Fault::SlowDisk => "slow-disk",
+            Fault::CrashSlowDisk => "crash-slow-disk",
         }
     }
 }
@@ -146,6 +151,18 @@ pub async fn inject(cluster: &mut Cluster, ctx: &Ctx, fault: Fault, rng: &mut Rn
             tokio::time::sleep(hold).await;
             for m in &members {
                 cluster.slow_disk(*m, 0)?;
+            }
+        }
+        Fault::CrashSlowDisk => {
+            members = (0..n).collect();
+            for m in 0..n {
+                cluster.slow_disk(m, rng.between(100, 500))?;
+            }
+            tokio::time::sleep(Duration::from_millis(rng.between(500, 2000))).await;
+            cluster.kill_all()?;
+            for m in 0..n {
+                cluster.slow_disk(m, 0)?;
+                cluster.spawn(m)?;
             }
         }
     }

@@ -98,7 +98,8 @@ pub async fn run(ctx: Arc<Ctx>, client: u32, mut rng: Rng) {
     while !ctx.stopped() {
         seq += 1;
         let n = ctx.clients.len();
-        let Some((lease, ttl, granted_until)) = grant(&ctx, rng.below(n), 2).await else {
+        let ttl = [2, 4, 8][rng.below(3)];
+        let Some((lease, ttl, granted_until)) = grant(&ctx, rng.below(n), ttl).await else {
             super::think(&mut rng, 200).await;
             continue;
         };
@@ -118,8 +119,8 @@ pub async fn run(ctx: Arc<Ctx>, client: u32, mut rng: Rng) {
             safe_until: granted_until,
             ..Default::default()
         };
-        // Keep it alive for 0–3 s, reading the key now and then.
-        let keep_until = ctx.clock.now() + rng.between(0, 3_000_000);
+        // Keep it alive for 0–6 s, reading the key now and then.
+        let keep_until = ctx.clock.now() + rng.between(0, 6_000_000);
         while ctx.clock.now() < keep_until && !ctx.aborted() {
             tokio::time::sleep(Duration::from_millis(ttl as u64 * 1000 / 3)).await;
             if let Some(until) = keep_alive_once(&ctx, rng.below(n), lease).await {

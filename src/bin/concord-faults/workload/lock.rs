@@ -23,7 +23,10 @@ const LOCK_WAIT: Duration = Duration::from_secs(8);
 pub async fn run(ctx: Arc<Ctx>, client: u32, mut rng: Rng) {
     let n = ctx.clients.len();
     while !ctx.stopped() {
-        let Some((lease, ttl, granted_until)) = super::lease::grant(&ctx, rng.below(n), 3).await
+        // Short and long leases: a long one is renewed rarely, which is when a stale lease
+        // checkpoint could cut it short across a leader change.
+        let ttl = [3, 6, 10][rng.below(3)];
+        let Some((lease, ttl, granted_until)) = super::lease::grant(&ctx, rng.below(n), ttl).await
         else {
             super::think(&mut rng, 200).await;
             continue;
@@ -64,8 +67,10 @@ async fn hold_once(ctx: &Ctx, client: u32, lease: i64, safe_until: &AtomicU64, r
         _ => None,
     };
     if let Some(token) = token {
+        // Most holds are short; some last seconds, long enough for faults to strike mid-hold.
+        let pause = if rng.below(4) == 0 { 1500 } else { 60 };
         for _ in 0..3 {
-            tokio::time::sleep(Duration::from_millis(rng.between(10, 60))).await;
+            tokio::time::sleep(Duration::from_millis(rng.between(10, pause))).await;
             let mut highest = ctx.fence.lock().unwrap_or_else(|p| p.into_inner());
             let at = ctx.clock.now();
             let accepted = token >= *highest;
