@@ -34,13 +34,18 @@ pub async fn grant(ctx: &Ctx, m: usize, ttl: i64) -> Option<(i64, i64, u64)> {
     }
 }
 
-/// Revokes a lease, best effort.
+/// Revokes a lease, retrying on other members for up to ten seconds (a lease left behind
+/// would hold its keys, and a lock, until its TTL runs out).
 pub async fn revoke(ctx: &Ctx, m: usize, id: i64) {
-    let _ = bounded(
-        CALL_TIMEOUT,
-        ctx.clients.lease(m).lease_revoke(LeaseRevokeRequest { id }),
-    )
-    .await;
+    for attempt in 0..5 {
+        let mut leases = ctx.clients.lease(m + attempt);
+        match bounded(CALL_TIMEOUT, leases.lease_revoke(LeaseRevokeRequest { id })).await {
+            Outcome::Ok(_) => return,
+            Outcome::Err(e) if e.message().contains("lease not found") => return,
+            _ if ctx.aborted() => return,
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
 }
 
 /// One keep-alive through member `m`: the time it was sent plus the TTL the server confirmed,

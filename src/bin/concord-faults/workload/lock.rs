@@ -55,9 +55,16 @@ async fn hold_once(ctx: &Ctx, client: u32, lease: i64, safe_until: &AtomicU64, r
         name: NAME.into(),
         lease,
     };
-    let Outcome::Ok(resp) = bounded(LOCK_WAIT, ctx.clients.lock(rng.below(n)).lock(req)).await
-    else {
-        return;
+    let resp = match bounded(LOCK_WAIT, ctx.clients.lock(rng.below(n)).lock(req)).await {
+        Outcome::Ok(resp) => resp,
+        Outcome::Err(e) => {
+            tracing::info!(client, lease, error = %e, "lock failed");
+            return;
+        }
+        Outcome::Timeout => {
+            tracing::info!(client, lease, "lock timed out");
+            return;
+        }
     };
     let ret = ctx.clock.now();
     let key = String::from_utf8_lossy(&resp.key).into_owned();
