@@ -89,8 +89,8 @@ impl Cluster {
             .args(["--heartbeat-interval", &HEARTBEAT_MS.to_string()])
             .args(["--election-timeout", &ELECTION_MS.to_string()])
             .args(["--log-level", "info"])
-            // Checkpoint leases often, so renewals race with checkpoints under faults.
-            .args(["--experimental-lease-checkpoint-interval", "1s"])
+            // Checkpoint leases every 2 s, so renewals race with checkpoints under faults.
+            .args(["--experimental-lease-checkpoint-interval", "2s"])
             .env("CONCORD_FAILPOINT_DIR", self.failpoints(m))
             .env_remove("RUST_LOG")
             .stdout(Stdio::null())

@@ -228,9 +228,4 @@ impl Recorder {
     pub fn get(&self) -> MutexGuard<'_, History> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
-
-    /// The history, once every client has stopped.
-    pub fn into_inner(self) -> History {
-        self.0.into_inner().unwrap_or_else(|p| p.into_inner())
-    }
 }

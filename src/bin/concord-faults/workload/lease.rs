@@ -103,7 +103,7 @@ pub async fn run(ctx: Arc<Ctx>, client: u32, mut rng: Rng) {
     while !ctx.stopped() {
         seq += 1;
         let n = ctx.clients.len();
-        let ttl = [2, 4, 8][rng.below(3)];
+        let ttl = [2, 5, 10][rng.below(3)];
         let Some((lease, ttl, granted_until)) = grant(&ctx, rng.below(n), ttl).await else {
             super::think(&mut rng, 200).await;
             continue;

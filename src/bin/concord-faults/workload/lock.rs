@@ -25,7 +25,7 @@ pub async fn run(ctx: Arc<Ctx>, client: u32, mut rng: Rng) {
     while !ctx.stopped() {
         // Short and long leases: a long one is renewed rarely, which is when a stale lease
         // checkpoint could cut it short across a leader change.
-        let ttl = [3, 6, 10][rng.below(3)];
+        let ttl = [3, 6, 15][rng.below(3)];
         let Some((lease, ttl, granted_until)) = super::lease::grant(&ctx, rng.below(n), ttl).await
         else {
             super::think(&mut rng, 200).await;
