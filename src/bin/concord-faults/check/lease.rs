@@ -20,7 +20,8 @@ pub fn check(leases: &[LeaseRecord]) -> Vec<String> {
         }
         if !l.vanished {
             violations.push(format!(
-                "lease {:x}: key {} never vanished after its keep-alives stopped",
+                "lease {:x}: key {} never vanished after its keep-alives stopped (TTL + 20 s after the \
+                 faults ended)",
                 l.lease, l.key
             ));
         }

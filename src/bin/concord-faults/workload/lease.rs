@@ -13,8 +13,12 @@ use crate::client::{bounded, Outcome, CALL_TIMEOUT};
 use crate::history::LeaseRecord;
 use crate::rng::Rng;
 
-/// How long after its lease became expirable a key may linger before it counts as immortal.
-const VANISH_LIMIT_US: u64 = 40_000_000;
+/// How long after the faults end (and its lease became expirable) a key may linger, beyond its
+/// TTL, before it counts as immortal. While faults go on, a lease may outlive its TTL: every
+/// new leader resumes it from its last checkpoint plus an election timeout (etcd's rule), so
+/// leader changes every few seconds can postpone its expiry (a liveness cost, never a safety
+/// one).
+const VANISH_SLACK_US: u64 = 20_000_000;
 
 /// Grants a lease of `ttl` seconds through member `m`: (id, TTL, safe until).
 pub async fn grant(ctx: &Ctx, m: usize, ttl: i64) -> Option<(i64, i64, u64)> {
@@ -133,9 +137,13 @@ pub async fn run(ctx: Arc<Ctx>, client: u32, mut rng: Rng) {
             }
             read(&ctx, &mut record, rng.below(n)).await;
         }
-        // Then stop and watch it vanish.
-        let give_up = record.safe_until + VANISH_LIMIT_US;
-        while !record.vanished && ctx.clock.now() < give_up && !ctx.aborted() {
+        // Then stop and watch it vanish, until well after the faults are over.
+        let limit = VANISH_SLACK_US + ttl as u64 * 1_000_000;
+        let expired = |ctx: &Ctx, safe_until: u64| {
+            ctx.stopped_at()
+                .is_some_and(|stop| ctx.clock.now() > stop.max(safe_until) + limit)
+        };
+        while !record.vanished && !expired(&ctx, record.safe_until) && !ctx.aborted() {
             tokio::time::sleep(Duration::from_millis(200)).await;
             read(&ctx, &mut record, rng.below(n)).await;
         }

@@ -27,6 +27,7 @@ pub struct Ctx {
     /// The fenced resource: the highest token it has accepted.
     pub fence: Mutex<i64>,
     stop: AtomicBool,
+    stopped_at: std::sync::atomic::AtomicU64,
     abort: AtomicBool,
     watch_target: AtomicI64,
 }
@@ -40,6 +41,7 @@ impl Ctx {
             clock,
             fence: Mutex::new(i64::MIN),
             stop: AtomicBool::new(false),
+            stopped_at: std::sync::atomic::AtomicU64::new(0),
             abort: AtomicBool::new(false),
             watch_target: AtomicI64::new(0),
         })
@@ -50,9 +52,16 @@ impl Ctx {
         self.stop.load(Ordering::Relaxed)
     }
 
-    /// Asks clients to stop.
+    /// Asks clients to stop (the faults are over by then).
     pub fn stop(&self) {
+        self.stopped_at.store(self.clock.now(), Ordering::Relaxed);
         self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// When clients were asked to stop (µs), if they were.
+    pub fn stopped_at(&self) -> Option<u64> {
+        self.stopped()
+            .then(|| self.stopped_at.load(Ordering::Relaxed))
     }
 
     /// Whether clients must give up at once (the run is out of time).
