@@ -17,9 +17,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// etcd's largest lease TTL, in seconds.
 pub const MAX_LEASE_TTL: i64 = 9_000_000_000;
 
+/// When a lease expires, and when its revoke may be proposed again if one is in flight.
+#[derive(Clone, Copy)]
+struct Deadline {
+    at: Instant,
+    retry_at: Option<Instant>,
+}
+
 /// Deadlines of the leases this member expires while it leads.
 pub struct Lessor {
-    deadlines: Mutex<HashMap<i64, Instant>>,
+    deadlines: Mutex<HashMap<i64, Deadline>>,
     next_id: AtomicU64,
     /// etcd's minimum TTL: 1.5 election timeouts, rounded up to whole seconds.
     pub min_ttl: i64,
@@ -44,7 +51,7 @@ impl Lessor {
         }
     }
 
-    fn deadlines(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Instant>> {
+    fn deadlines(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Deadline>> {
         self.deadlines.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -63,14 +70,22 @@ impl Lessor {
         ttl.max(self.min_ttl)
     }
 
-    /// Resets a lease's deadline to `ttl` from now; `false` if it already expired.
+    /// Resets a lease's deadline to `ttl` from now; `false` if it already expired. An expired
+    /// lease stays expired while its revoke is in flight: renewing it then would promise a TTL
+    /// the revoke is about to break (found by the fault suite, seed 1008).
     pub fn renew(&self, id: i64, ttl: i64) -> bool {
         let now = Instant::now();
         let mut d = self.deadlines();
-        if d.get(&id).is_some_and(|at| *at <= now) {
+        if d.get(&id).is_some_and(|e| e.at <= now) {
             return false;
         }
-        d.insert(id, now + secs(ttl));
+        d.insert(
+            id,
+            Deadline {
+                at: now + secs(ttl),
+                retry_at: None,
+            },
+        );
         true
     }
 
@@ -78,13 +93,13 @@ impl Lessor {
     pub fn remaining(&self, id: i64) -> Option<Duration> {
         let d = self.deadlines();
         d.get(&id)
-            .map(|at| at.saturating_duration_since(Instant::now()))
+            .map(|e| e.at.saturating_duration_since(Instant::now()))
     }
 
     /// Called while leading with every existing lease: tracks new leases (full TTL from now, or
     /// TTL plus an election timeout right after a promotion), forgets revoked ones, and returns
     /// up to `max` expired leases, whose deadlines move `retry` ahead while their revoke is in
-    /// flight.
+    /// flight (the deadline itself stays in the past, so the lease cannot be renewed).
     pub fn expired(
         &self,
         leases: &[(i64, i64)],
@@ -105,16 +120,19 @@ impl Lessor {
         let live: std::collections::HashSet<i64> = leases.iter().map(|(id, _)| *id).collect();
         d.retain(|id, _| live.contains(id));
         for (id, ttl) in leases {
-            d.entry(*id).or_insert(now + secs(*ttl) + extension);
+            d.entry(*id).or_insert(Deadline {
+                at: now + secs(*ttl) + extension,
+                retry_at: None,
+            });
         }
         let mut out = Vec::new();
-        for (id, at) in d.iter_mut() {
+        for (id, e) in d.iter_mut() {
             if out.len() >= max {
                 break;
             }
-            if *at <= now {
+            if e.at <= now && e.retry_at.is_none_or(|r| r <= now) {
                 out.push(*id);
-                *at = now + retry;
+                e.retry_at = Some(now + retry);
             }
         }
         out
@@ -125,8 +143,8 @@ impl Lessor {
         let now = Instant::now();
         self.deadlines()
             .iter()
-            .map(|(id, at)| {
-                let left = at.saturating_duration_since(now).as_millis() as i64;
+            .map(|(id, e)| {
+                let left = e.at.saturating_duration_since(now).as_millis() as i64;
                 (*id, (left + 999) / 1000)
             })
             .filter(|(_, secs)| *secs > 0)
@@ -172,6 +190,32 @@ mod tests {
         assert!(l
             .remaining(5)
             .is_some_and(|r| r > Duration::from_millis(900)));
+        // A revoked lease is forgotten.
+        assert!(l.expired(&[], false, 10, Duration::from_secs(3)).is_empty());
+        assert_eq!(l.remaining(5), None);
+    }
+
+    #[test]
+    fn an_expired_lease_cannot_be_renewed_while_its_revoke_is_in_flight() {
+        let l = Lessor::new(1, Duration::from_millis(1000));
+        assert_eq!(
+            l.expired(&[(5, 0)], false, 10, Duration::from_millis(50)),
+            [5]
+        );
+        // The revoke is in flight: a keep-alive must not bring the lease back.
+        assert!(!l.renew(5, 10));
+        assert_eq!(l.remaining(5), Some(Duration::ZERO));
+        // If the revoke did not take effect, it is proposed again after the retry delay.
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(
+            l.expired(&[(5, 0)], false, 10, Duration::from_millis(50)),
+            [5]
+        );
+        // A live lease renews normally.
+        assert!(l
+            .expired(&[(6, 10)], false, 10, Duration::from_secs(3))
+            .is_empty());
+        assert!(l.renew(6, 10));
         // A revoked lease is forgotten.
         assert!(l.expired(&[], false, 10, Duration::from_secs(3)).is_empty());
         assert_eq!(l.remaining(5), None);
