@@ -119,7 +119,8 @@ async fn main() -> Result<()> {
         let names: Vec<&str> = schedule.iter().map(|f| f.name()).collect();
         println!(
             "seed {seed}: {} members, {} faults [{}], ops {:?}, {} violations, {} lost acked \
-             writes, {} register keys undecided ({:.0} s)",
+             writes, {} register keys undecided, {} fenced writes after lease expiry ({} \
+             accepted) ({:.0} s)",
             args.members,
             schedule.len(),
             names.join(" "),
@@ -127,6 +128,8 @@ async fn main() -> Result<()> {
             report.violations.len(),
             report.lost_acked,
             report.unknown_keys,
+            report.expired_lease_writes.0,
+            report.expired_lease_writes.1,
             started.elapsed().as_secs_f64()
         );
         for v in &report.violations {

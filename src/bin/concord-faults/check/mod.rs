@@ -21,6 +21,9 @@ pub struct Report {
     pub unknown_keys: usize,
     /// Operations checked, by workload.
     pub ops: BTreeMap<&'static str, usize>,
+    /// Fenced writes made after the writer's lease could have expired, and how many of those
+    /// the resource accepted (nobody newer had written yet).
+    pub expired_lease_writes: (usize, usize),
 }
 
 /// Runs every checker over `h`.
@@ -46,6 +49,7 @@ pub fn check(h: &History) -> Report {
 
     let locks = lock::check(&h.lock_grants, &h.fenced_writes);
     r.violations.extend(locks.violations);
+    r.expired_lease_writes = (locks.expired_writes, locks.expired_accepted);
     r.ops.insert("lock", h.lock_grants.len());
     r.ops.insert("fenced write", h.fenced_writes.len());
 
