@@ -1,5 +1,5 @@
 //! Plain HTTP on the client port, beside gRPC, as etcd serves it: `/metrics` (Prometheus),
-//! `/health` (etcd's JSON), `/version`, `/livez` and `/readyz`. A tower layer answers these paths and
+//! `/health` (etcd's JSON, with `?serializable=true`), `/version`, `/livez` and `/readyz`. A tower layer answers these paths and
 //! passes everything else to the gRPC services.
 
 use std::future::Future;
@@ -40,6 +40,34 @@ fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Body>
     resp
 }
 
+/// etcd's `/health`: unhealthy without a leader, or (unless `?serializable=true`, as kubeadm's
+/// probes ask) when a linearizable read does not complete within a second, as etcd 3.5 checks.
+/// Concord raises no alarms yet, so etcd's `?exclude=<alarm>` has nothing to exclude.
+async fn health(node: &RaftNode, query: &str) -> Response<Body> {
+    let serializable = query.split('&').any(|pair| pair == "serializable=true");
+    let reason = if node.leader().is_none() {
+        Some("RAFT NO LEADER".to_string())
+    } else if serializable {
+        None
+    } else {
+        match tokio::time::timeout(std::time::Duration::from_secs(1), node.read_index()).await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(format!("QGET ERROR:{e}")),
+            Err(_) => Some("QGET ERROR:context deadline exceeded".to_string()),
+        }
+    };
+    let (status, health, reason) = match reason {
+        None => (StatusCode::OK, "true", String::new()),
+        Some(r) => (StatusCode::SERVICE_UNAVAILABLE, "false", r),
+    };
+    let reason = reason.replace('\\', "\\\\").replace('"', "\\\"");
+    reply(
+        status,
+        "application/json",
+        format!(r#"{{"health":"{health}","reason":"{reason}"}}"#),
+    )
+}
+
 /// The answer for an HTTP endpoint path, or `None` for gRPC traffic.
 fn endpoint(node: &RaftNode, path: &str) -> Option<Response<Body>> {
     let has_leader = node.leader().is_some();
@@ -49,16 +77,6 @@ fn endpoint(node: &RaftNode, path: &str) -> Option<Response<Body>> {
             StatusCode::OK,
             "text/plain; version=0.0.4",
             metrics::render(&node.metrics_snapshot()),
-        ),
-        "/health" if has_leader => reply(
-            StatusCode::OK,
-            "application/json",
-            r#"{"health":"true","reason":""}"#.into(),
-        ),
-        "/health" => reply(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "application/json",
-            r#"{"health":"false","reason":"RAFT NO LEADER"}"#.into(),
         ),
         "/version" => reply(
             StatusCode::OK,
@@ -95,6 +113,11 @@ where
             .headers()
             .get(http::header::CONTENT_TYPE)
             .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        if !is_grpc && req.uri().path() == "/health" {
+            let node = self.node.clone();
+            let query = req.uri().query().unwrap_or_default().to_string();
+            return Box::pin(async move { Ok(health(&node, &query).await) });
+        }
         if !is_grpc {
             if let Some(resp) = endpoint(&self.node, req.uri().path()) {
                 return Box::pin(async move { Ok(resp) });

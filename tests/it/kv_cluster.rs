@@ -211,3 +211,35 @@ async fn a_lagging_member_catches_up_from_a_snapshot_after_log_compaction() -> T
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// etcd's `/health`: a linearizable read must succeed unless `?serializable=true` (kubeadm's
+/// probes use both). A leader that lost its quorum still has a leader (itself) but fails the
+/// read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_a_linearizable_read_unless_serializable() -> TestResult {
+    let mut c = Cluster::start(3)?;
+    let leader = c.wait_leader(Duration::from_secs(20)).await?;
+    let healthy = r#"{"health":"true","reason":""}"#;
+    assert_eq!(c.http_get(leader, "/health").await?, healthy);
+    assert_eq!(
+        c.http_get(leader, "/health?serializable=true").await?,
+        healthy
+    );
+    for m in 0..3 {
+        if m != leader {
+            c.kill(m)?;
+        }
+    }
+    assert_eq!(
+        c.http_get(leader, "/health?serializable=true").await?,
+        healthy,
+        "the serializable check does not need a quorum"
+    );
+    let linearizable = c.http_get(leader, "/health").await?;
+    assert!(
+        linearizable.starts_with(r#"{"health":"false","reason":"QGET ERROR:"#)
+            || linearizable == r#"{"health":"false","reason":"RAFT NO LEADER"}"#,
+        "{linearizable}"
+    );
+    Ok(())
+}
