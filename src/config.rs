@@ -98,6 +98,15 @@ pub struct Config {
     /// Log level: debug, info, warn, error.
     #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
+    /// Log format: `json` (etcd's default: one JSON object per line) or `text` (`console` is
+    /// etcd's name for it).
+    #[arg(
+        long,
+        env = "ETCD_LOG_FORMAT",
+        default_value = "json",
+        value_parser = ["json", "text", "console"]
+    )]
+    pub log_format: String,
 }
 
 /// `--initial-cluster-state`.
@@ -245,6 +254,17 @@ mod tests {
         assert_eq!(c.data_dir(), PathBuf::from("default.concord"));
         assert_eq!(c.max_request_bytes, 1_572_864);
         assert_eq!(c.max_txn_ops, 128);
+        assert_eq!(c.log_format, "json");
+        assert_eq!(
+            c.lease_checkpoint_interval,
+            Duration::from_secs(300),
+            "etcd's 5m"
+        );
+        assert!(Config::try_parse_from(["concord", "--log-format", "xml"]).is_err());
+        assert_eq!(
+            Config::parse_from(["concord", "--log-format", "console"]).log_format,
+            "console"
+        );
         let members = c.initial_members().unwrap_or_default();
         assert_eq!(members.len(), 1);
         assert!(members.contains_key(&c.member_id()));

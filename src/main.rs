@@ -11,9 +11,13 @@ async fn main() -> anyhow::Result<()> {
             cfg.log_level
         ))
     });
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    if cfg.log_format == "json" {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
     concord::server::run(cfg).await
 }
