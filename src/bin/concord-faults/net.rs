@@ -113,10 +113,10 @@ impl Net {
 
     fn remove(&self) {
         for m in 0..self.members.max(5) {
-            let _ = quiet(&["ip", "netns", "del", &self.ns(m)]);
-            let _ = quiet(&["ip", "link", "del", &format!("cf{}h{m}", self.id)]);
+            let _ = sh(&["ip", "netns", "del", &self.ns(m)]);
+            let _ = sh(&["ip", "link", "del", &format!("cf{}h{m}", self.id)]);
         }
-        let _ = quiet(&["ip", "link", "del", &self.bridge()]);
+        let _ = sh(&["ip", "link", "del", &self.bridge()]);
     }
 }
 
@@ -136,7 +136,7 @@ pub fn available() -> Result<()> {
         bail!("the fault suite needs root (network namespaces and iptables)");
     }
     for tool in ["ip", "iptables"] {
-        quiet(&[tool, "-V"]).with_context(|| format!("`{tool}` is missing"))?;
+        sh(&[tool, "-V"]).with_context(|| format!("`{tool}` is missing"))?;
     }
     Ok(())
 }
@@ -152,18 +152,6 @@ fn sh(args: &[&str]) -> Result<()> {
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
         );
-    }
-    Ok(())
-}
-
-fn quiet(args: &[&str]) -> Result<()> {
-    let st = Command::new(args[0])
-        .args(&args[1..])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()?;
-    if !st.success() {
-        bail!("{} failed", args.join(" "));
     }
     Ok(())
 }

@@ -153,7 +153,7 @@ pub async fn run(ctx: Arc<Ctx>, client: u32, mut rng: Rng) {
 
 async fn read(ctx: &Ctx, record: &mut LeaseRecord, m: usize) {
     let call = ctx.clock.now();
-    if let Outcome::Ok(r) = ctx.range(m, &record.key, "").await {
+    if let Outcome::Ok(r) = ctx.get(m, &record.key).await {
         let present = !r.kvs.is_empty();
         record.reads.push((call, ctx.clock.now(), present));
         if !present {

@@ -69,7 +69,7 @@ async fn hold_once(ctx: &Ctx, client: u32, lease: i64, safe_until: &AtomicU64, r
     let ret = ctx.clock.now();
     let key = String::from_utf8_lossy(&resp.key).into_owned();
     // The fencing token is the key's create_revision.
-    let token = match ctx.range(rng.below(n), &key, "").await {
+    let token = match ctx.get(rng.below(n), &key).await {
         Outcome::Ok(r) => r.kvs.first().map(|kv| kv.create_revision),
         _ => None,
     };

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use concord::pb::etcdserverpb::{PutRequest, RangeRequest};
+use concord::pb::etcdserverpb::{PutRequest, RangeRequest, RangeResponse};
 
 use crate::client::{bounded, Clients, Outcome, CALL_TIMEOUT};
 use crate::history::{Clock, Recorder};
@@ -99,29 +99,32 @@ impl Ctx {
         }
     }
 
-    /// A linearizable range of `[key, end)` through member `m`.
-    pub async fn range(
+    /// A linearizable get of `key` through member `m`.
+    pub async fn get(&self, m: usize, key: &str) -> Outcome<RangeResponse> {
+        self.range(m, key.into(), Vec::new(), false).await
+    }
+
+    /// A linearizable range of every key under `prefix` through member `m`, keys only.
+    pub async fn range_prefix(&self, m: usize, prefix: &str) -> Outcome<RangeResponse> {
+        let end = concord::concurrency::lock::prefix_end(prefix.as_bytes());
+        self.range(m, prefix.into(), end, true).await
+    }
+
+    async fn range(
         &self,
         m: usize,
-        key: &str,
-        end: &str,
-    ) -> Outcome<concord::pb::etcdserverpb::RangeResponse> {
+        key: Vec<u8>,
+        range_end: Vec<u8>,
+        keys_only: bool,
+    ) -> Outcome<RangeResponse> {
         let req = RangeRequest {
-            key: key.into(),
-            range_end: end.into(),
+            key,
+            range_end,
+            keys_only,
             ..Default::default()
         };
         bounded(CALL_TIMEOUT, self.clients.kv(m).range(req)).await
     }
-}
-
-/// The end of the range of every key starting with `prefix`.
-pub fn prefix_end(prefix: &str) -> String {
-    let mut bytes = prefix.as_bytes().to_vec();
-    if let Some(last) = bytes.last_mut() {
-        *last += 1;
-    }
-    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// A short pause between operations, so six workloads fit on two cores beside three servers.

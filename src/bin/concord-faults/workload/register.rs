@@ -62,7 +62,7 @@ pub async fn run(ctx: Arc<Ctx>, client: u32, mut rng: Rng) {
 /// Performs one register operation through member `m`.
 pub async fn execute(ctx: &Ctx, m: usize, key: &str, input: RegInput) -> RegOutput {
     match input {
-        RegInput::Read => match ctx.range(m, key, "").await {
+        RegInput::Read => match ctx.get(m, key).await {
             Outcome::Ok(r) => RegOutput::Read(
                 r.kvs
                     .first()

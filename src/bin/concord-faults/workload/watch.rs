@@ -9,7 +9,7 @@ use concord::pb::etcdserverpb::{watch_request, WatchCreateRequest, WatchRequest}
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::{prefix_end, Ctx};
+use super::Ctx;
 use crate::client::Outcome;
 use crate::history::{AckedPut, WatchEvent, WatchLog};
 use crate::rng::Rng;
@@ -46,7 +46,7 @@ pub async fn watcher(ctx: Arc<Ctx>, id: u32, mut rng: Rng) {
     if id % 2 == 1 {
         tokio::time::sleep(Duration::from_millis(rng.between(500, 8000))).await;
         loop {
-            if let Outcome::Ok(r) = ctx.range(rng.below(ctx.clients.len()), PREFIX, "").await {
+            if let Outcome::Ok(r) = ctx.get(rng.below(ctx.clients.len()), PREFIX).await {
                 start = r.header.map_or(0, |h| h.revision) + 1;
                 break;
             }
@@ -105,7 +105,7 @@ async fn follow(
         request_union: Some(watch_request::RequestUnion::CreateRequest(
             WatchCreateRequest {
                 key: prefix.into(),
-                range_end: prefix_end(prefix).into(),
+                range_end: concord::concurrency::lock::prefix_end(prefix.as_bytes()),
                 start_revision: next,
                 ..Default::default()
             },
