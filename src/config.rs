@@ -100,13 +100,8 @@ pub struct Config {
     pub log_level: String,
     /// Log format: `json` (etcd's default: one JSON object per line) or `text` (`console` is
     /// etcd's name for it).
-    #[arg(
-        long,
-        env = "ETCD_LOG_FORMAT",
-        default_value = "json",
-        value_parser = ["json", "text", "console"]
-    )]
-    pub log_format: String,
+    #[arg(long, env = "ETCD_LOG_FORMAT", value_enum, default_value = "json")]
+    pub log_format: LogFormat,
 }
 
 /// `--initial-cluster-state`.
@@ -244,6 +239,16 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
+/// How the server writes its logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One JSON object per line (etcd's default).
+    Json,
+    /// Human-readable lines; `console` is etcd's name for it.
+    #[value(alias = "console")]
+    Text,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,7 +259,7 @@ mod tests {
         assert_eq!(c.data_dir(), PathBuf::from("default.concord"));
         assert_eq!(c.max_request_bytes, 1_572_864);
         assert_eq!(c.max_txn_ops, 128);
-        assert_eq!(c.log_format, "json");
+        assert_eq!(c.log_format, LogFormat::Json);
         assert_eq!(
             c.lease_checkpoint_interval,
             Duration::from_secs(300),
@@ -263,7 +268,7 @@ mod tests {
         assert!(Config::try_parse_from(["concord", "--log-format", "xml"]).is_err());
         assert_eq!(
             Config::parse_from(["concord", "--log-format", "console"]).log_format,
-            "console"
+            LogFormat::Text
         );
         let members = c.initial_members().unwrap_or_default();
         assert_eq!(members.len(), 1);

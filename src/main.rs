@@ -14,7 +14,7 @@ async fn main() -> anyhow::Result<()> {
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
-    if cfg.log_format == "json" {
+    if cfg.log_format == concord::config::LogFormat::Json {
         logs.json().init();
     } else {
         logs.init();

@@ -28,11 +28,6 @@ impl LocalClient {
         LocalClient { node }
     }
 
-    /// The member.
-    pub fn node(&self) -> &Arc<RaftNode> {
-        &self.node
-    }
-
     /// A linearizable range.
     ///
     /// # Errors

@@ -123,9 +123,9 @@ impl MvccStore {
             .collect()
     }
 
-    /// A lease and its keys, if it exists.
-    pub fn lease(&self, id: i64) -> Option<LeaseInfo> {
-        self.state.read().ok()?.leases.get(id).cloned()
+    /// Reads lease `id` in place (a keep-alive needs its TTLs, not a copy of its keys).
+    pub fn with_lease<T>(&self, id: i64, read: impl FnOnce(&LeaseInfo) -> T) -> Option<T> {
+        self.state.read().ok()?.leases.get(id).map(read)
     }
 
     /// Every lease id with its granted TTL.

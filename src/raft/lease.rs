@@ -82,13 +82,13 @@ impl RaftNode {
             return Err(Error::LeaderChanged);
         }
         let _gate = self.checkpoint_gate.read().await;
-        let Some(lease) = self.mvcc.lease(id) else {
+        let Some((ttl, checkpointed)) = self.mvcc.with_lease(id, |l| (l.ttl, l.remaining)) else {
             return Ok(0);
         };
-        if !self.lessor.renew(id, lease.ttl) {
+        if !self.lessor.renew(id, ttl) {
             return Ok(0);
         }
-        if lease.remaining > 0 {
+        if checkpointed > 0 {
             let clear = LeaseCheckpoint {
                 id,
                 remaining_ttl: 0,
@@ -98,7 +98,7 @@ impl RaftNode {
             }));
             self.propose(cmd).await?;
         }
-        Ok(lease.ttl)
+        Ok(ttl)
     }
 
     /// Lease `id`'s remaining and granted TTL (and keys), from the leader.
@@ -133,22 +133,28 @@ impl RaftNode {
         &self,
         req: &LeaseTimeToLiveRequest,
     ) -> Result<LeaseTimeToLiveResponse> {
-        let lease = self.mvcc.lease(req.id).ok_or(Error::LeaseNotFound)?;
+        let (granted_ttl, resume_ttl, keys) = self
+            .mvcc
+            .with_lease(req.id, |l| {
+                let keys = if req.keys {
+                    l.keys.iter().cloned().collect()
+                } else {
+                    Vec::new()
+                };
+                (l.ttl, l.resume_ttl(), keys)
+            })
+            .ok_or(Error::LeaseNotFound)?;
         // Not tracked yet (a new leader's first tick): what the lessor is about to start with.
         let remaining = self
             .lessor
             .remaining(req.id)
-            .map_or(lease.resume_ttl(), |d| d.as_secs() as i64);
+            .map_or(resume_ttl, |d| d.as_secs() as i64);
         Ok(LeaseTimeToLiveResponse {
             header: None,
             id: req.id,
             ttl: remaining,
-            granted_ttl: lease.ttl,
-            keys: if req.keys {
-                lease.keys.into_iter().collect()
-            } else {
-                Vec::new()
-            },
+            granted_ttl,
+            keys,
         })
     }
 

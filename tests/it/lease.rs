@@ -284,6 +284,11 @@ async fn checkpoints_keep_a_lease_from_outliving_its_ttl_across_a_leader_change(
         .into_inner();
     assert_eq!(left.granted_ttl, 10);
     assert!(left.ttl < 10, "the new leader restarted the TTL: {left:?}");
+    // ~5 s were checkpointed; plus the 0.5 s promotion extension. A restarted TTL would be ~10.
+    assert!(
+        left.ttl <= 7,
+        "the new leader ignored the checkpoint: {left:?}"
+    );
     let deadline = granted + Duration::from_secs(20);
     while exists(&c, follower, "orphan").await? {
         assert!(Instant::now() < deadline, "lease never expired");

@@ -133,6 +133,20 @@ async fn an_expired_holder_loses_the_lock_and_its_late_write_is_fenced_off() -> 
     .key;
     let b_token = token(&c, 0, &b_key).await?;
     assert!(b_token > a_token);
+    // The server, not only the fence: A's key went with its lease before B was granted.
+    let a_left = c
+        .kv(0)
+        .await?
+        .range(RangeRequest {
+            key: a_key.clone(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        a_left.count, 0,
+        "the expired holder's key outlived its lease"
+    );
     assert!(fenced.enter(b_token));
     // A wakes up and writes with its old token: rejected.
     assert!(
