@@ -32,16 +32,19 @@ impl RaftNode {
     /// so a keep-alive stream survives a leader change.
     ///
     /// # Errors
-    /// [`Error::Timeout`] when no leader answered in time.
+    /// [`Error::Timeout`] when no leader answered in time; other errors (say, too many
+    /// requests) as they are.
     pub async fn lease_renew(&self, id: i64) -> Result<i64> {
         let deadline = tokio::time::Instant::now() + self.options.request_timeout;
         loop {
             match self.try_lease_renew(id).await {
-                Ok(ttl) => return Ok(ttl),
-                Err(_) if tokio::time::Instant::now() < deadline => {
+                Err(Error::NoLeader | Error::LeaderChanged | Error::Timeout) => {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(Error::Timeout);
+                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                Err(_) => return Err(Error::Timeout),
+                answer => return answer,
             }
         }
     }
@@ -77,8 +80,12 @@ impl RaftNode {
     /// # Errors
     /// [`Error::LeaderChanged`] when this member no longer leads; proposal errors.
     pub(super) async fn renew_on_leader(&self, id: i64) -> Result<i64> {
+        let leads = || self.leader() == Some(self.id);
+        if !leads() {
+            return Err(Error::LeaderChanged);
+        }
         self.read_index().await?;
-        if self.leader() != Some(self.id) {
+        if !leads() {
             return Err(Error::LeaderChanged);
         }
         let _gate = self.checkpoint_gate.read().await;

@@ -83,19 +83,13 @@ impl RaftPeer for PeerService {
         &self,
         req: Request<LeaseKeepAliveRequest>,
     ) -> Result<Response<LeaseRenewResponse>, Status> {
-        let reply = if self.node.leader() == Some(self.node.id) {
-            match self.node.renew_on_leader(req.get_ref().id).await {
-                Ok(ttl) => LeaseRenewResponse { ttl, error: 0 },
-                Err(e) => LeaseRenewResponse {
-                    ttl: 0,
-                    error: e.code(),
-                },
-            }
-        } else {
-            LeaseRenewResponse {
+        // `renew_on_leader` refuses with `LeaderChanged` unless this member leads.
+        let reply = match self.node.renew_on_leader(req.get_ref().id).await {
+            Ok(ttl) => LeaseRenewResponse { ttl, error: 0 },
+            Err(e) => LeaseRenewResponse {
                 ttl: 0,
-                error: Error::LeaderChanged.code(),
-            }
+                error: e.code(),
+            },
         };
         Ok(Response::new(reply))
     }

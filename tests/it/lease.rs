@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use concord::pb::etcdserverpb::lease_client::LeaseClient;
 use concord::pb::etcdserverpb::{
     LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest, LeaseTimeToLiveRequest,
-    PutRequest, RangeRequest,
+    LeaseTimeToLiveResponse, PutRequest, RangeRequest,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -17,6 +17,21 @@ use crate::cluster::{grant, Cluster, TestResult};
 
 async fn lease_client(c: &Cluster, member: usize) -> TestResult<LeaseClient<Channel>> {
     Ok(LeaseClient::connect(c.client_url(member)?).await?)
+}
+
+/// TimeToLive of lease `id` through `member`.
+async fn time_to_live(
+    c: &Cluster,
+    member: usize,
+    id: i64,
+    keys: bool,
+) -> TestResult<LeaseTimeToLiveResponse> {
+    let req = LeaseTimeToLiveRequest { id, keys };
+    Ok(lease_client(c, member)
+        .await?
+        .lease_time_to_live(req)
+        .await?
+        .into_inner())
 }
 
 async fn put_leased(c: &Cluster, member: usize, key: &str, lease: i64) -> TestResult {
@@ -126,24 +141,10 @@ async fn expiry_deletes_keys_on_every_member_and_keepalive_through_a_follower_ke
             "kept-alive lease expired on {m}"
         );
     }
-    let ttl = lease_client(&c, follower)
-        .await?
-        .lease_time_to_live(LeaseTimeToLiveRequest {
-            id: kept,
-            keys: true,
-        })
-        .await?
-        .into_inner();
+    let ttl = time_to_live(&c, follower, kept, true).await?;
     assert_eq!(ttl.granted_ttl, 1);
     assert_eq!(ttl.keys, vec![b"kept/a".to_vec()]);
-    let gone = lease_client(&c, leader)
-        .await?
-        .lease_time_to_live(LeaseTimeToLiveRequest {
-            id: short,
-            keys: false,
-        })
-        .await?
-        .into_inner();
+    let gone = time_to_live(&c, leader, short, false).await?;
     assert_eq!(gone.ttl, -1, "an expired lease reports TTL -1");
 
     // Stopping the keep-alive lets it expire too.
@@ -274,14 +275,7 @@ async fn checkpoints_keep_a_lease_from_outliving_its_ttl_across_a_leader_change(
     // The new leader resumes from the checkpointed remaining TTL (~5 s) rather than restarting
     // the full 10 s; it reports it once elected.
     c.wait_leader(Duration::from_secs(20)).await?;
-    let left = LeaseClient::connect(c.client_url(follower)?)
-        .await?
-        .lease_time_to_live(LeaseTimeToLiveRequest {
-            id: lease,
-            keys: false,
-        })
-        .await?
-        .into_inner();
+    let left = time_to_live(&c, follower, lease, false).await?;
     assert_eq!(left.granted_ttl, 10);
     assert!(left.ttl < 10, "the new leader restarted the TTL: {left:?}");
     // ~5 s were checkpointed; plus the 0.5 s promotion extension. A restarted TTL would be ~10.
@@ -330,15 +324,7 @@ async fn a_renewal_after_a_checkpoint_is_honoured_by_the_next_leader() -> TestRe
     assert_eq!(keep_alive_once(&c, follower, lease).await?, 30);
     c.kill(leader)?;
     c.wait_leader(Duration::from_secs(20)).await?;
-    let left = lease_client(&c, follower)
-        .await?
-        .lease_time_to_live(LeaseTimeToLiveRequest {
-            id: lease,
-            keys: false,
-        })
-        .await?
-        .into_inner()
-        .ttl;
+    let left = time_to_live(&c, follower, lease, false).await?.ttl;
     let promised = 30 - renewed.elapsed().as_secs() as i64;
     assert!(
         left >= promised - 1,
