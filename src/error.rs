@@ -72,11 +72,47 @@ pub enum Error {
     /// The storage failed; the member can no longer serve.
     #[error("storage failure")]
     Storage,
+    /// A member ID that is not in the cluster.
+    #[error("member not found")]
+    MemberNotFound,
+    /// A new or updated member's peer URLs belong to another member.
+    #[error("Peer URLs already exists")]
+    PeerUrlExists,
+    /// Peer URLs that are not `http(s)://host:port`.
+    #[error("given member URLs are invalid")]
+    MemberBadUrls,
+    /// Promotion of a member that already votes.
+    #[error("can only promote a learner member")]
+    MemberNotLearner,
+    /// Promotion of a learner that has not caught up with the leader.
+    #[error("can only promote a learner member which is in sync with leader")]
+    LearnerNotReady,
+    /// More learners than etcd allows (one).
+    #[error("too many learner members in cluster")]
+    TooManyLearners,
+    /// A request a learner does not serve.
+    #[error("rpc not supported for learner")]
+    NotSupportedForLearner,
+    /// A request only the leader serves (MoveLeader), sent to another member.
+    #[error("not leader")]
+    NotLeader,
+    /// A leadership transfer to a member that cannot lead.
+    #[error("bad leader transferee")]
+    BadLeaderTransferee,
+    /// The cluster cannot take the change now (another membership change is in flight).
+    #[error("unhealthy cluster")]
+    Unhealthy,
+    /// The store is above `--quota-backend-bytes` (the NOSPACE alarm is raised).
+    #[error("mvcc: database space exceeded")]
+    NoSpace,
+    /// The member found its data diverged from the cluster's (the CORRUPT alarm).
+    #[error("corrupt cluster")]
+    Corrupt,
 }
 
 impl Error {
     /// Every variant, for tests and for decoding codes.
-    pub const ALL: [Error; 22] = [
+    pub const ALL: [Error; 34] = [
         Error::Compacted,
         Error::FutureRevision,
         Error::EmptyKey,
@@ -99,6 +135,18 @@ impl Error {
         Error::ElectionNotLeader,
         Error::ElectionNoLeader,
         Error::TooManyRequests,
+        Error::MemberNotFound,
+        Error::PeerUrlExists,
+        Error::MemberBadUrls,
+        Error::MemberNotLearner,
+        Error::LearnerNotReady,
+        Error::TooManyLearners,
+        Error::NotSupportedForLearner,
+        Error::NotLeader,
+        Error::BadLeaderTransferee,
+        Error::Unhealthy,
+        Error::NoSpace,
+        Error::Corrupt,
     ];
 
     /// The stable wire code of this error (never 0, which means "no error").

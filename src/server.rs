@@ -95,15 +95,8 @@ async fn stopped(mut rx: watch::Receiver<bool>) {
 pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
     let data_dir = cfg.data_dir();
     let members = cfg.initial_members().map_err(|e| anyhow!(e))?;
-    let id = cfg.member_id();
-    if !members.contains_key(&id) {
-        return Err(anyhow!(
-            "couldn't find local name {:?} in the initial cluster configuration",
-            cfg.name
-        ));
-    }
-    let cluster_id = config::cluster_id(members.keys());
     let storage = Storage::open(&data_dir).context("opening the data dir")?;
+    let (id, cluster_id) = identity(cfg, &members, &storage).await?;
     let options = RaftOptions {
         heartbeat: std::time::Duration::from_millis(cfg.heartbeat_interval),
         election: std::time::Duration::from_millis(cfg.election_timeout),
@@ -114,6 +107,10 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
         lease_checkpoint_interval: cfg.lease_checkpoint_interval,
     };
     let node = RaftNode::start(id, cluster_id, storage.clone(), &data_dir, options).await?;
+    if *node.removed().borrow() {
+        node.shutdown().await;
+        return Err(anyhow!(crate::raft::REMOVED_MESSAGE));
+    }
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
 
@@ -151,6 +148,15 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
             .map(|(id, m)| (*id, m.name.clone()))
             .collect(),
     };
+    node.publish_attributes(cfg.name.clone(), ctx.client_urls.clone());
+    let mut removed = node.removed();
+    let stop_on_removal = stop.clone();
+    tasks.push(tokio::spawn(async move {
+        if removed.wait_for(|r| *r).await.is_ok() {
+            tracing::error!("{}", crate::raft::REMOVED_MESSAGE);
+            let _ = stop_on_removal.send(true);
+        }
+    }));
     let max_recv = cfg.max_request_bytes.saturating_add(GRPC_OVERHEAD_BYTES);
     let mut client_addrs = Vec::new();
     for listener in bind_all(&cfg.listen_client_urls).await? {
@@ -213,15 +219,57 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
     })
 }
 
-/// Runs a member until SIGTERM or SIGINT, then shuts it down gracefully.
+/// This member's (member ID, cluster ID): recorded in the data dir when it was created; for a
+/// new data dir, derived from `--initial-cluster` (state `new`) or learned from the running
+/// cluster, which must already list this member (state `existing`, after `member add`).
+async fn identity(
+    cfg: &Config,
+    members: &std::collections::BTreeMap<u64, config::InitialMember>,
+    storage: &Storage,
+) -> anyhow::Result<(u64, u64)> {
+    if let Some(known) = storage.identity()? {
+        return Ok(known);
+    }
+    let (id, cluster_id) = match cfg.initial_cluster_state {
+        ClusterState::New => {
+            let id = cfg.member_id();
+            if !members.contains_key(&id) {
+                return Err(anyhow!(
+                    "couldn't find local name {:?} in the initial cluster configuration",
+                    cfg.name
+                ));
+            }
+            (id, config::cluster_id(members.keys()))
+        }
+        ClusterState::Existing => {
+            let peers: Vec<String> = members.values().flat_map(|m| m.peer_urls.clone()).collect();
+            let own = config::split_urls(&cfg.initial_advertise_peer_urls);
+            crate::raft::discover_identity(&peers, &own, std::time::Duration::from_secs(30))
+                .await
+                .map_err(|e| anyhow!(e))?
+        }
+    };
+    storage.save_identity(id, cluster_id)?;
+    Ok((id, cluster_id))
+}
+
+/// Runs a member until SIGTERM or SIGINT, or until it is removed from the cluster, then shuts
+/// it down gracefully.
 ///
 /// # Errors
-/// Those of [`start`].
+/// Those of [`start`]; removal from the cluster.
 pub async fn run(cfg: Config) -> anyhow::Result<()> {
     let member = start(&cfg).await?;
-    wait_for_signal().await;
+    let mut removed = member.node.removed();
+    let was_removed = tokio::select! {
+        () = wait_for_signal() => false,
+        r = removed.wait_for(|r| *r) => r.is_ok(),
+    };
     tracing::info!("shutting down");
     member.shutdown().await;
+    if was_removed {
+        return Err(anyhow!(crate::raft::REMOVED_MESSAGE));
+    }
     Ok(())
 }
 

@@ -8,12 +8,17 @@ pub mod txn;
 
 pub use command::{Command, CommandBatch, CommandResult, CommandResults, Op, Outcome};
 
+use prost::Message;
+
 use crate::error::Error;
 use crate::mvcc::WriteTxn;
+use crate::pb::etcdserverpb::alarm_request::AlarmAction;
+use crate::pb::etcdserverpb::request_op::Request as RequestOp;
 use crate::pb::etcdserverpb::{
-    CompactionResponse, LeaseCheckpointResponse, LeaseGrantResponse, LeaseRevokeResponse,
-    ResponseHeader,
+    AlarmMember, AlarmRequest, AlarmResponse, AlarmType, CompactionResponse,
+    LeaseCheckpointResponse, LeaseGrantResponse, LeaseRevokeResponse, ResponseHeader, TxnRequest,
 };
+use crate::storage::meta_key;
 
 /// Applies one command inside the apply batch `w` and closes its request (a batch: each of its
 /// commands in order, each closing its own request).
@@ -24,7 +29,11 @@ pub fn apply(w: &mut WriteTxn<'_>, cmd: &Command) -> CommandResult {
             result: Some(Outcome::Batch(CommandResults { results })),
         };
     }
+    let nospace = w.has_alarm(AlarmType::Nospace as i32);
     let outcome = match &cmd.op {
+        // With NOSPACE raised, etcd's capped applier refuses whatever could grow the store.
+        Some(Op::Put(_) | Op::LeaseGrant(_)) if nospace => Err(Error::NoSpace),
+        Some(Op::Txn(req)) if nospace && txn_writes(req) => Err(Error::NoSpace),
         Some(Op::Put(req)) => kv::put(w, req).map(Outcome::Put),
         Some(Op::DeleteRange(req)) => kv::delete_range(w, req).map(Outcome::DeleteRange),
         Some(Op::Txn(req)) => txn::execute(w, req).map(Outcome::Txn),
@@ -54,6 +63,13 @@ pub fn apply(w: &mut WriteTxn<'_>, cmd: &Command) -> CommandResult {
                 header: Some(ResponseHeader::default()),
             })
         }),
+        Some(Op::MemberAttributes(attrs)) => {
+            let mut key = meta_key::MEMBER_ATTRS.to_vec();
+            key.extend(attrs.id.to_be_bytes());
+            w.set_meta(&key, &attrs.encode_to_vec());
+            Ok(Outcome::Done(true))
+        }
+        Some(Op::Alarm(req)) => Ok(Outcome::Alarm(alarm(w, req))),
         Some(Op::Batch(_)) | None => Ok(Outcome::Error(Error::Storage.code())),
     };
     let revision = w.end_request();
@@ -69,6 +85,40 @@ pub fn apply(w: &mut WriteTxn<'_>, cmd: &Command) -> CommandResult {
     }
 }
 
+/// Whether a txn puts anything in either branch (etcd's quota cost above zero).
+fn txn_writes(req: &TxnRequest) -> bool {
+    req.success
+        .iter()
+        .chain(&req.failure)
+        .any(|op| match &op.request {
+            Some(RequestOp::RequestPut(_)) => true,
+            Some(RequestOp::RequestTxn(t)) => txn_writes(t),
+            _ => false,
+        })
+}
+
+/// Raises or clears an alarm; answers with the alarm concerned, as etcd does (nothing when
+/// clearing an alarm that is not raised, or raising `NONE`).
+fn alarm(w: &mut WriteTxn<'_>, req: &AlarmRequest) -> AlarmResponse {
+    let member = AlarmMember {
+        member_id: req.member_id,
+        alarm: req.alarm,
+    };
+    let activate = req.action == AlarmAction::Activate as i32;
+    let concerned = if activate {
+        req.alarm != AlarmType::None as i32
+    } else {
+        w.set_alarm(req.member_id, req.alarm, false)
+    };
+    if activate && concerned {
+        w.set_alarm(req.member_id, req.alarm, true);
+    }
+    AlarmResponse {
+        header: Some(ResponseHeader::default()),
+        alarms: if concerned { vec![member] } else { Vec::new() },
+    }
+}
+
 fn set_revision(o: &mut Outcome, revision: i64) {
     let header = match o {
         Outcome::Put(r) => &mut r.header,
@@ -78,7 +128,8 @@ fn set_revision(o: &mut Outcome, revision: i64) {
         Outcome::LeaseGrant(r) => &mut r.header,
         Outcome::LeaseRevoke(r) => &mut r.header,
         Outcome::LeaseCheckpoint(r) => &mut r.header,
-        Outcome::Error(_) | Outcome::Batch(_) => return,
+        Outcome::Alarm(r) => &mut r.header,
+        Outcome::Error(_) | Outcome::Batch(_) | Outcome::Done(_) => return,
     };
     header.get_or_insert_with(Default::default).revision = revision;
 }

@@ -28,6 +28,8 @@ struct State {
     compacted: i64,
     /// Leases and their keys.
     leases: LeaseTable,
+    /// Raised alarms: (member id, alarm type).
+    alarms: std::collections::BTreeSet<(u64, i32)>,
 }
 
 impl State {
@@ -147,6 +149,63 @@ impl MvccStore {
     pub fn compacted_revision(&self) -> i64 {
         self.state.read().map_or(0, |s| s.compacted)
     }
+
+    /// Every raised alarm: (member id, alarm type).
+    pub fn alarms(&self) -> Vec<(u64, i32)> {
+        self.state
+            .read()
+            .map_or(Vec::new(), |s| s.alarms.iter().copied().collect())
+    }
+
+    /// etcd's HashKV: CRC-32C (Castagnoli) of the bucket name `key` and then, in revision
+    /// order, of every stored revision up to `at` as etcd lays it out (17-byte revision key,
+    /// plus `t` for a tombstone, then the marshalled `KeyValue`; a tombstone's holds only the
+    /// key). The same operations give the same hash as etcd. Returns the hash, the compacted
+    /// revision and the revision hashed (`at`, or the current one when `at` is 0).
+    ///
+    /// # Errors
+    /// [`Error::Compacted`] / [`Error::FutureRevision`] for `at` out of range; a read failure.
+    pub fn hash_kv(&self, at: i64) -> Result<(u32, i64, i64)> {
+        let state = self.state.read().map_err(|_| Error::Storage)?;
+        let at = if at <= 0 { state.current } else { at };
+        if at > state.current {
+            return Err(Error::FutureRevision);
+        }
+        if at <= state.compacted {
+            return Err(Error::Compacted);
+        }
+        let compacted = state.compacted;
+        let end = Revision::new(at.saturating_add(1), 0).to_bytes();
+        let records = self
+            .storage
+            .scan_range(Space::Kv, &[], &end)
+            .map_err(|_| Error::Storage)?;
+        drop(state);
+        let mut crc = crc32c::crc32c(b"key");
+        for (k, v) in records {
+            let rev = Revision::from_bytes(&k).ok_or(Error::Storage)?;
+            let (tombstone, kv) = decode_record(&v).map_err(|_| Error::Storage)?;
+            let mut key = Vec::with_capacity(18);
+            key.extend(rev.main.to_be_bytes());
+            key.push(b'_');
+            key.extend(rev.sub.to_be_bytes());
+            if tombstone {
+                key.push(b't');
+            }
+            crc = crc32c::crc32c_append(crc, &key);
+            let value = if tombstone {
+                KeyValue {
+                    key: kv.key,
+                    ..Default::default()
+                }
+                .encode_to_vec()
+            } else {
+                kv.encode_to_vec()
+            };
+            crc = crc32c::crc32c_append(crc, &value);
+        }
+        Ok((crc, compacted, at))
+    }
 }
 
 fn poisoned() -> StorageError {
@@ -193,12 +252,37 @@ fn load_state(storage: &Storage) -> StorageResult<State> {
             leases.attach(kr.lease, key);
         }
     }
+    let mut alarms = std::collections::BTreeSet::new();
+    for (k, _) in storage.scan_prefix(Space::Meta, meta_key::ALARM)? {
+        alarms.insert(decode_alarm_key(&k)?);
+    }
     Ok(State {
         index,
         current,
         compacted: read_i64(meta_key::COMPACTED, -1)?,
         leases,
+        alarms,
     })
+}
+
+/// The meta key of alarm `alarm` raised by `member`.
+fn alarm_key(member: u64, alarm: i32) -> Vec<u8> {
+    let mut k = meta_key::ALARM.to_vec();
+    k.extend(member.to_be_bytes());
+    k.extend(alarm.to_be_bytes());
+    k
+}
+
+fn decode_alarm_key(k: &[u8]) -> StorageResult<(u64, i32)> {
+    let rest = k.get(meta_key::ALARM.len()..).unwrap_or_default();
+    let member = rest.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok());
+    let alarm = rest.get(8..12).and_then(|b| <[u8; 4]>::try_from(b).ok());
+    match (member, alarm) {
+        (Some(m), Some(a)) if rest.len() == 12 => {
+            Ok((u64::from_be_bytes(m), i32::from_be_bytes(a)))
+        }
+        _ => Err(StorageError(format!("corrupt alarm key {k:?}"))),
+    }
 }
 
 /// A lease record: granted TTL, then the checkpointed remaining TTL (both i64 big-endian).
@@ -447,6 +531,25 @@ impl WriteTxn<'_> {
     pub fn set_meta(&mut self, key: &[u8], value: &[u8]) {
         self.staged
             .insert((Space::Meta, key.to_vec()), Some(value.to_vec()));
+    }
+
+    /// Raises (`on`) or clears an alarm; true if that changed anything.
+    pub fn set_alarm(&mut self, member: u64, alarm: i32, on: bool) -> bool {
+        let changed = if on {
+            self.state.alarms.insert((member, alarm))
+        } else {
+            self.state.alarms.remove(&(member, alarm))
+        };
+        if changed {
+            let key = alarm_key(member, alarm);
+            self.staged.insert((Space::Meta, key), on.then(Vec::new));
+        }
+        changed
+    }
+
+    /// Whether any member raised alarm `alarm`.
+    pub fn has_alarm(&self, alarm: i32) -> bool {
+        self.state.alarms.iter().any(|(_, a)| *a == alarm)
     }
 
     /// Commits the batch atomically; readers see it from now on. Returns the batch's events in

@@ -9,6 +9,7 @@
 
 mod lease;
 mod log_store;
+mod membership;
 mod network;
 mod peer;
 mod propose;
@@ -23,6 +24,7 @@ use std::time::Duration;
 use openraft::BasicNode;
 
 pub use log_store::LogStore;
+pub use membership::{discover_identity, first_url, REMOVED_MESSAGE};
 pub use network::NetworkFactory;
 pub use peer::PeerService;
 pub use state_machine::StateMachine;
@@ -84,6 +86,10 @@ pub struct RaftNode {
     /// Orders checkpoints against renewals: a checkpoint (writer) reflects every renewal before
     /// it, and a renewal (reader) after it clears it. See `lease.rs`.
     checkpoint_gate: tokio::sync::RwLock<()>,
+    /// Serializes membership changes on the leader (openraft takes one at a time).
+    membership_lock: tokio::sync::Mutex<()>,
+    /// Set once this member learns it was removed from the cluster.
+    removed: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl RaftNode {
@@ -101,8 +107,16 @@ impl RaftNode {
         let mvcc = Arc::new(MvccStore::open(storage.clone())?);
         let hub = WatchHub::new(mvcc.current_revision());
         crate::watch::sync::spawn(hub.clone(), mvcc.clone(), options.progress_interval);
-        let sm = StateMachine::open(storage.clone(), mvcc.clone(), hub.clone(), data_dir)
-            .map_err(|e| StorageError(e.to_string()))?;
+        let removed = Arc::new(tokio::sync::watch::Sender::new(false));
+        let sm = StateMachine::open(
+            id,
+            storage.clone(),
+            mvcc.clone(),
+            hub.clone(),
+            data_dir,
+            removed.clone(),
+        )
+        .map_err(|e| StorageError(e.to_string()))?;
         let log = LogStore::new(storage.clone());
         let election_ms = options.election.as_millis() as u64;
         let config = openraft::Config {
@@ -117,9 +131,15 @@ impl RaftNode {
             ..Default::default()
         };
         let config = Arc::new(config.validate().map_err(|e| StorageError(e.to_string()))?);
-        let raft = Raft::new(id, config, NetworkFactory, log, sm)
-            .await
-            .map_err(|e| StorageError(e.to_string()))?;
+        let raft = Raft::new(
+            id,
+            config,
+            NetworkFactory::new(cluster_id, removed.clone()),
+            log,
+            sm,
+        )
+        .await
+        .map_err(|e| StorageError(e.to_string()))?;
         let peers = Arc::new(network::PeerChannels::default());
         let proposals = propose::Batcher::start(raft.clone(), options.max_request_bytes);
         let reads =
@@ -138,6 +158,8 @@ impl RaftNode {
             proposals,
             lessor,
             checkpoint_gate: tokio::sync::RwLock::new(()),
+            membership_lock: tokio::sync::Mutex::new(()),
+            removed,
         });
         node.start_lease_expiry();
         Ok(node)
@@ -268,5 +290,5 @@ fn leader_addr(raft: &Raft, leader: u64) -> Option<String> {
         .membership_config
         .membership()
         .get_node(&leader)
-        .map(|n| n.addr.clone())
+        .map(|n| first_url(&n.addr).to_string())
 }

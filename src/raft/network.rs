@@ -1,7 +1,10 @@
 //! Member-to-member transport, client side: openraft RPCs over Concord's `RaftPeer` gRPC service,
 //! with bincode-encoded openraft messages as payload.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::watch;
 
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -34,17 +37,38 @@ pub fn peer_channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
 }
 
 /// Builds one [`PeerClient`] per target member.
-#[derive(Clone, Default)]
-pub struct NetworkFactory;
+#[derive(Clone)]
+pub struct NetworkFactory {
+    cluster_id: u64,
+    removed: Arc<watch::Sender<bool>>,
+}
+
+impl NetworkFactory {
+    /// A factory for members of `cluster_id` whose clients raise `removed` when a peer refuses
+    /// this member as removed.
+    pub fn new(cluster_id: u64, removed: Arc<watch::Sender<bool>>) -> Self {
+        NetworkFactory {
+            cluster_id,
+            removed,
+        }
+    }
+}
+
+/// The gRPC metadata key carrying the sender's cluster ID on Raft messages: a member refuses
+/// messages from another cluster (etcd's `X-Etcd-Cluster-ID`).
+pub const CLUSTER_ID_KEY: &str = "concord-cluster-id";
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerClient {
+        let addr = super::first_url(&node.addr).to_string();
         PeerClient {
             target,
-            client: peer_channel(&node.addr).ok().map(RaftPeerClient::new),
-            addr: node.addr.clone(),
+            client: peer_channel(&addr).ok().map(RaftPeerClient::new),
+            addr,
+            cluster_id: self.cluster_id,
+            removed: self.removed.clone(),
         }
     }
 }
@@ -54,6 +78,8 @@ pub struct PeerClient {
     target: u64,
     addr: String,
     client: Option<RaftPeerClient<Channel>>,
+    cluster_id: u64,
+    removed: Arc<watch::Sender<bool>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -79,11 +105,21 @@ impl PeerClient {
         let data = bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let mut request = tonic::Request::new(RaftPayload { data });
         request.set_timeout(option.hard_ttl());
+        if let Ok(v) = format!("{:x}", self.cluster_id).parse() {
+            request.metadata_mut().insert(CLUSTER_ID_KEY, v);
+        }
         let reply = match method {
             Method::Append => client.append_entries(request).await,
             Method::Vote => client.vote(request).await,
             Method::Snapshot => client.install_snapshot(request).await,
         };
+        if let Err(s) = &reply {
+            if s.code() == tonic::Code::FailedPrecondition && s.message() == super::REMOVED_MESSAGE
+            {
+                tracing::error!(peer = self.target, "{}", super::REMOVED_MESSAGE);
+                self.removed.send_replace(true);
+            }
+        }
         let reply = reply.map_err(|s| {
             let e = TransportError(format!("{}: {}", s.code(), s.message()));
             RPCError::Unreachable(Unreachable::new(&e))

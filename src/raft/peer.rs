@@ -13,8 +13,9 @@ use crate::apply::Command;
 use crate::error::Error;
 use crate::pb::concordpb::raft_peer_server::RaftPeer;
 use crate::pb::concordpb::{
-    ForwardResponse, LeaseRenewResponse, LeaseTimeToLiveReply, RaftPayload, ReadIndexRequest,
-    ReadIndexResponse,
+    ForwardResponse, LeaseRenewResponse, LeaseTimeToLiveReply, MemberChange, MemberChangeReply,
+    MembersReply, MembersRequest, RaftPayload, ReadIndexRequest, ReadIndexResponse,
+    TimeoutNowReply, TimeoutNowRequest,
 };
 use crate::pb::etcdserverpb::{LeaseKeepAliveRequest, LeaseTimeToLiveRequest};
 
@@ -27,6 +28,24 @@ impl PeerService {
     /// Serves peers on behalf of `node`.
     pub fn new(node: Arc<RaftNode>) -> Self {
         PeerService { node }
+    }
+}
+
+impl PeerService {
+    /// Refuses a Raft message sent by a member of another cluster.
+    fn check_cluster<T>(&self, req: &Request<T>) -> Result<(), Status> {
+        let sender = req
+            .metadata()
+            .get(super::network::CLUSTER_ID_KEY)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| u64::from_str_radix(v, 16).ok());
+        match sender {
+            Some(id) if id != self.node.cluster_id => Err(Status::failed_precondition(format!(
+                "cluster ID mismatch: the message is from cluster {id:x}, this is {:x}",
+                self.node.cluster_id
+            ))),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -47,19 +66,68 @@ impl RaftPeer for PeerService {
         &self,
         req: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
+        self.check_cluster(&req)?;
         let res = self.node.raft.append_entries(decode(req)?).await;
         encode(&res)
     }
 
     async fn vote(&self, req: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
-        let res = self.node.raft.vote(decode(req)?).await;
+        self.check_cluster(&req)?;
+        let vote: openraft::raft::VoteRequest<u64> = decode(req)?;
+        // A removed member that missed its removal campaigns; tell it, and it stops.
+        if self
+            .node
+            .was_removed(vote.vote.leader_id().voted_for().unwrap_or(0))
+        {
+            return Err(Status::failed_precondition(super::REMOVED_MESSAGE));
+        }
+        let res = self.node.raft.vote(vote).await;
         encode(&res)
+    }
+
+    async fn members(&self, _: Request<MembersRequest>) -> Result<Response<MembersReply>, Status> {
+        Ok(Response::new(MembersReply {
+            cluster_id: self.node.cluster_id,
+            members: self.node.member_list(),
+        }))
+    }
+
+    async fn change_members(
+        &self,
+        req: Request<MemberChange>,
+    ) -> Result<Response<MemberChangeReply>, Status> {
+        let reply = match self.node.change_members_local(req.into_inner()).await {
+            Ok((member, members)) => MemberChangeReply {
+                member: Some(member),
+                members,
+                error: 0,
+            },
+            Err(e) => MemberChangeReply {
+                error: e.code(),
+                ..Default::default()
+            },
+        };
+        Ok(Response::new(reply))
+    }
+
+    async fn timeout_now(
+        &self,
+        _: Request<TimeoutNowRequest>,
+    ) -> Result<Response<TimeoutNowReply>, Status> {
+        self.node
+            .raft
+            .trigger()
+            .elect()
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(Response::new(TimeoutNowReply {}))
     }
 
     async fn install_snapshot(
         &self,
         req: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
+        self.check_cluster(&req)?;
         let res = self.node.raft.install_snapshot(decode(req)?).await;
         encode(&res)
     }

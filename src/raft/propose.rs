@@ -155,7 +155,7 @@ impl RaftNode {
 
     /// The leader, waiting up to two election timeouts for one to be known (a member that just
     /// started or just saw an election learns its leader from the first heartbeat).
-    async fn wait_for_leader(&self) -> Option<u64> {
+    pub(super) async fn wait_for_leader(&self) -> Option<u64> {
         let deadline = tokio::time::Instant::now() + self.options.election * 2;
         loop {
             if let Some(l) = self.leader() {

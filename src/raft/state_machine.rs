@@ -33,6 +33,8 @@ struct SnapshotBody {
     leases: Vec<(Vec<u8>, Vec<u8>)>,
     revision: Option<Vec<u8>>,
     compacted: Option<Vec<u8>>,
+    /// Meta entries written by applied commands (members' attributes, removed members, alarms).
+    replicated_meta: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 /// A snapshot as saved in the data dir.
@@ -44,6 +46,8 @@ struct StoredSnapshot {
 
 /// The state machine of one member.
 pub struct StateMachine {
+    id: u64,
+    removed: Arc<tokio::sync::watch::Sender<bool>>,
     storage: Storage,
     mvcc: Arc<MvccStore>,
     hub: Arc<WatchHub>,
@@ -67,10 +71,12 @@ impl StateMachine {
     /// # Errors
     /// On a read failure or corrupt metadata.
     pub fn open(
+        id: u64,
         storage: Storage,
         mvcc: Arc<MvccStore>,
         hub: Arc<WatchHub>,
         data_dir: &std::path::Path,
+        removed: Arc<tokio::sync::watch::Sender<bool>>,
     ) -> Result<Self, StorageError<u64>> {
         let decode = |key: &[u8]| -> Result<Option<Vec<u8>>, StorageError<u64>> {
             storage.get(Space::Meta, key).map_err(sm_err)
@@ -83,7 +89,14 @@ impl StateMachine {
             Some(b) => bincode::deserialize(&b).map_err(sm_err)?,
             None => Membership::default(),
         };
+        let mut removed_key = meta_key::REMOVED.to_vec();
+        removed_key.extend(id.to_be_bytes());
+        if decode(&removed_key)?.is_some() {
+            removed.send_replace(true);
+        }
         Ok(StateMachine {
+            id,
+            removed,
             storage,
             mvcc,
             hub,
@@ -152,6 +165,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 EntryPayload::Blank => CommandResult::default(),
                 EntryPayload::Normal(cmd) => apply::apply(&mut w, cmd),
                 EntryPayload::Membership(m) => {
+                    // Members that leave are recorded: peers refuse them from now on.
+                    for (gone, _) in self.membership.membership().nodes() {
+                        if m.get_node(gone).is_none() {
+                            let mut key = meta_key::REMOVED.to_vec();
+                            key.extend(gone.to_be_bytes());
+                            w.set_meta(&key, b"");
+                            if *gone == self.id {
+                                self.removed.send_replace(true);
+                            }
+                        }
+                    }
                     self.membership = StoredMembership::new(Some(entry.log_id), m.clone());
                     let bytes = bincode::serialize(&self.membership).map_err(sm_err)?;
                     w.set_meta(meta_key::MEMBERSHIP, &bytes);
@@ -195,6 +219,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 compacted: self
                     .storage
                     .get(Space::Meta, meta_key::COMPACTED)
+                    .map_err(|e| e.to_string())?,
+                replicated_meta: self
+                    .storage
+                    .scan_prefix(Space::Meta, meta_key::REPLICATED)
                     .map_err(|e| e.to_string())?,
             };
             bincode::serialize(&body).map_err(|e| e.to_string())
@@ -242,6 +270,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 Some(v) => batch.insert(Space::Meta, key, v),
                 None => batch.remove(Space::Meta, key),
             }
+        }
+        for (k, _) in self
+            .storage
+            .scan_prefix(Space::Meta, meta_key::REPLICATED)
+            .map_err(snap_err)?
+        {
+            batch.remove(Space::Meta, &k);
+        }
+        for (k, v) in &body.replicated_meta {
+            batch.insert(Space::Meta, k, v);
         }
         let applied = bincode::serialize(&meta.last_log_id).map_err(snap_err)?;
         batch.insert(Space::Meta, meta_key::APPLIED, &applied);

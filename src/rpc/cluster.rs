@@ -1,11 +1,17 @@
-//! `etcdserverpb.Cluster`: MemberList. Membership changes (add, remove, update, promote) answer
-//! `Unimplemented` until their issue lands.
+//! `etcdserverpb.Cluster`: the member list and etcd's membership changes (add, remove, update,
+//! promote), made by the leader through Raft; see `raft::membership`.
 
 use tonic::{Request, Response, Status};
 
-use super::{current_header, Context};
+use super::{current_header, status, Context};
+use crate::pb::concordpb::member_change::Change;
+use crate::pb::concordpb::MemberChange;
 use crate::pb::etcdserverpb::cluster_server::Cluster;
-use crate::pb::etcdserverpb::{Member, MemberListRequest, MemberListResponse};
+use crate::pb::etcdserverpb::{
+    Member, MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse,
+    MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse,
+    MemberUpdateRequest, MemberUpdateResponse,
+};
 
 /// The Cluster service.
 pub struct ClusterService {
@@ -17,32 +23,91 @@ impl ClusterService {
     pub fn new(ctx: Context) -> Self {
         ClusterService { ctx }
     }
+
+    /// The members, with the initial members' names from `--initial-cluster` and this member's
+    /// client URLs until the members have published their own.
+    fn members(&self) -> Vec<Member> {
+        let mut members = self.ctx.node.member_list();
+        for m in &mut members {
+            if m.name.is_empty() {
+                if let Some(name) = self.ctx.member_names.get(&m.id) {
+                    m.name.clone_from(name);
+                }
+            }
+            if m.id == self.ctx.node.id && m.client_ur_ls.is_empty() {
+                m.client_ur_ls.clone_from(&self.ctx.client_urls);
+            }
+        }
+        members
+    }
+
+    async fn change(&self, change: Change) -> Result<(Member, Vec<Member>), Status> {
+        self.ctx
+            .node
+            .change_members(MemberChange {
+                change: Some(change),
+            })
+            .await
+            .map_err(status::status)
+    }
 }
 
 #[tonic::async_trait]
 impl Cluster for ClusterService {
+    async fn member_add(
+        &self,
+        req: Request<MemberAddRequest>,
+    ) -> Result<Response<MemberAddResponse>, Status> {
+        let (member, members) = self.change(Change::Add(req.into_inner())).await?;
+        Ok(Response::new(MemberAddResponse {
+            header: current_header(&self.ctx.node),
+            member: Some(member),
+            members,
+        }))
+    }
+
+    async fn member_remove(
+        &self,
+        req: Request<MemberRemoveRequest>,
+    ) -> Result<Response<MemberRemoveResponse>, Status> {
+        let (_, members) = self.change(Change::Remove(req.into_inner())).await?;
+        Ok(Response::new(MemberRemoveResponse {
+            header: current_header(&self.ctx.node),
+            members,
+        }))
+    }
+
+    async fn member_update(
+        &self,
+        req: Request<MemberUpdateRequest>,
+    ) -> Result<Response<MemberUpdateResponse>, Status> {
+        let (_, members) = self.change(Change::Update(req.into_inner())).await?;
+        Ok(Response::new(MemberUpdateResponse {
+            header: current_header(&self.ctx.node),
+            members,
+        }))
+    }
+
     async fn member_list(
         &self,
-        _: Request<MemberListRequest>,
+        req: Request<MemberListRequest>,
     ) -> Result<Response<MemberListResponse>, Status> {
-        let node = &self.ctx.node;
-        let (nodes, voters) = node.members();
-        let members = nodes
-            .into_iter()
-            .map(|(id, peer_url)| Member {
-                id,
-                name: self.ctx.member_names.get(&id).cloned().unwrap_or_default(),
-                peer_ur_ls: vec![peer_url],
-                client_ur_ls: if id == node.id {
-                    self.ctx.client_urls.clone()
-                } else {
-                    Vec::new()
-                },
-                is_learner: !voters.contains(&id),
-            })
-            .collect();
+        if req.get_ref().linearizable {
+            self.ctx.node.read_index().await.map_err(status::status)?;
+        }
         Ok(Response::new(MemberListResponse {
-            header: current_header(node),
+            header: current_header(&self.ctx.node),
+            members: self.members(),
+        }))
+    }
+
+    async fn member_promote(
+        &self,
+        req: Request<MemberPromoteRequest>,
+    ) -> Result<Response<MemberPromoteResponse>, Status> {
+        let (_, members) = self.change(Change::Promote(req.into_inner())).await?;
+        Ok(Response::new(MemberPromoteResponse {
+            header: current_header(&self.ctx.node),
             members,
         }))
     }

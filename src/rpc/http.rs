@@ -1,6 +1,6 @@
 //! Plain HTTP on the client port, beside gRPC, as etcd serves it: `/metrics` (Prometheus),
 //! `/health` (etcd's JSON, with `?serializable=true`), `/version`, `/livez` and `/readyz`. A tower layer answers these paths and
-//! passes everything else to the gRPC services.
+//! passes everything else to the gRPC services, except what a learner must refuse.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -68,6 +68,15 @@ async fn health(node: &RaftNode, query: &str) -> Response<Body> {
     )
 }
 
+/// What a learner serves, as in etcd: Status, and Range (serializable only; `KvService`
+/// checks that), plus gRPC health checks.
+const LEARNER_RPCS: [&str; 4] = [
+    "/etcdserverpb.Maintenance/Status",
+    "/etcdserverpb.KV/Range",
+    "/grpc.health.v1.Health/Check",
+    "/grpc.health.v1.Health/Watch",
+];
+
 /// The answer for an HTTP endpoint path, or `None` for gRPC traffic.
 fn endpoint(node: &RaftNode, path: &str) -> Option<Response<Body>> {
     let has_leader = node.leader().is_some();
@@ -113,6 +122,10 @@ where
             .headers()
             .get(http::header::CONTENT_TYPE)
             .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        if is_grpc && self.node.is_learner() && !LEARNER_RPCS.contains(&req.uri().path()) {
+            let refused = super::status::status(crate::error::Error::NotSupportedForLearner);
+            return Box::pin(async move { Ok(refused.into_http()) });
+        }
         if !is_grpc && req.uri().path() == "/health" {
             let node = self.node.clone();
             let query = req.uri().query().unwrap_or_default().to_string();

@@ -61,6 +61,9 @@ impl Kv for KvService {
     #[tracing::instrument(skip_all)]
     async fn range(&self, req: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
+        if !req.get_ref().serializable && self.ctx.node.is_learner() {
+            return Err(super::status::status(Error::NotSupportedForLearner));
+        }
         let resp = self.read_range(req.get_ref()).await?;
         Ok(Response::new(resp))
     }

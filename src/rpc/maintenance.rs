@@ -56,7 +56,7 @@ impl Maintenance for MaintenanceService {
             raft_applied_index: node.applied_index(),
             errors: Vec::new(),
             db_size_in_use: size,
-            is_learner: false,
+            is_learner: node.is_learner(),
         }))
     }
 }

@@ -44,6 +44,42 @@ pub fn code_and_message(e: Error) -> (Code, &'static str) {
         // As etcd's v3election: clientv3/concurrency's errors.
         Error::ElectionNotLeader => (Code::Unknown, "election: not leader"),
         Error::ElectionNoLeader => (Code::Unknown, "election: no leader"),
+        Error::MemberNotFound => (Code::NotFound, "etcdserver: member not found"),
+        Error::PeerUrlExists => (
+            Code::FailedPrecondition,
+            "etcdserver: Peer URLs already exists",
+        ),
+        Error::MemberBadUrls => (
+            Code::InvalidArgument,
+            "etcdserver: given member URLs are invalid",
+        ),
+        Error::MemberNotLearner => (
+            Code::FailedPrecondition,
+            "etcdserver: can only promote a learner member",
+        ),
+        Error::LearnerNotReady => (
+            Code::FailedPrecondition,
+            "etcdserver: can only promote a learner member which is in sync with leader",
+        ),
+        Error::TooManyLearners => (
+            Code::FailedPrecondition,
+            "etcdserver: too many learner members in cluster",
+        ),
+        Error::NotSupportedForLearner => (
+            Code::FailedPrecondition,
+            "etcdserver: rpc not supported for learner",
+        ),
+        Error::NotLeader => (Code::FailedPrecondition, "etcdserver: not leader"),
+        Error::BadLeaderTransferee => (
+            Code::FailedPrecondition,
+            "etcdserver: bad leader transferee",
+        ),
+        Error::Unhealthy => (Code::Unavailable, "etcdserver: unhealthy cluster"),
+        Error::NoSpace => (
+            Code::ResourceExhausted,
+            "etcdserver: mvcc: database space exceeded",
+        ),
+        Error::Corrupt => (Code::DataLoss, "etcdserver: corrupt cluster"),
     }
 }
 

@@ -36,7 +36,30 @@ pub mod meta_key {
     pub const REVISION: &[u8] = b"revision";
     /// i64 BE: last compacted main revision (since v1).
     pub const COMPACTED: &[u8] = b"compacted";
+    /// Prefix of the meta keys written by applied commands, which snapshots carry (since v1).
+    pub const REPLICATED: &[u8] = b"m/";
+    /// + member id (u64 BE) → protobuf `MemberAttributes`: a member's name and client URLs.
+    pub const MEMBER_ATTRS: &[u8] = b"m/attr/";
+    /// + member id (u64 BE) → empty: a member removed from the cluster, never to return.
+    pub const REMOVED: &[u8] = b"m/removed/";
+    /// + member id (u64 BE) + alarm type (i32 BE) → empty: a raised alarm.
+    pub const ALARM: &[u8] = b"m/alarm/";
 }
+
+/// The key after every key that starts with `prefix` (empty: no end).
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    end
+}
+
+/// Raft-meta key of the member identity.
+const IDENTITY_KEY: &str = "identity";
 
 /// A storage failure. Fatal for the member: it stops serving rather than risk divergence.
 #[derive(Debug, thiserror::Error)]
@@ -281,6 +304,51 @@ impl Storage {
     pub fn put_raft_meta(&self, key: &str, value: &[u8]) -> StorageResult<()> {
         self.raft_meta.insert(key, value)?;
         self.persist_log()
+    }
+
+    /// Every entry of `space` whose key starts with `prefix`.
+    ///
+    /// # Errors
+    /// On a read failure.
+    pub fn scan_prefix(
+        &self,
+        space: Space,
+        prefix: &[u8],
+    ) -> StorageResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let end = prefix_end(prefix);
+        if end.is_empty() {
+            return self.scan(space);
+        }
+        self.scan_range(space, prefix, &end)
+    }
+
+    /// This member's identity (member id, cluster id), fixed when its data dir was created.
+    ///
+    /// # Errors
+    /// On a read failure or a corrupt record.
+    pub fn identity(&self) -> StorageResult<Option<(u64, u64)>> {
+        let Some(v) = self.get_raft_meta(IDENTITY_KEY)? else {
+            return Ok(None);
+        };
+        let word = |r: std::ops::Range<usize>| {
+            v.get(r)
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .map(u64::from_be_bytes)
+        };
+        match (word(0..8), word(8..16)) {
+            (Some(member), Some(cluster)) => Ok(Some((member, cluster))),
+            _ => Err(StorageError("corrupt member identity".into())),
+        }
+    }
+
+    /// Records this member's identity, durably.
+    ///
+    /// # Errors
+    /// On a write or fsync failure.
+    pub fn save_identity(&self, member_id: u64, cluster_id: u64) -> StorageResult<()> {
+        let mut v = member_id.to_be_bytes().to_vec();
+        v.extend(cluster_id.to_be_bytes());
+        self.put_raft_meta(IDENTITY_KEY, &v)
     }
 
     /// Reads a Raft metadata value.

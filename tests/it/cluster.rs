@@ -46,6 +46,9 @@ struct Spec {
     name: String,
     client_port: u16,
     peer_port: u16,
+    /// `--initial-cluster-state`: `new` for the bootstrapping members, `existing` for members
+    /// added later.
+    state: &'static str,
 }
 
 /// A cluster of real member processes sharing one temp dir.
@@ -70,6 +73,7 @@ impl Cluster {
                 name: format!("m{i}"),
                 client_port: free_port()?,
                 peer_port: free_port()?,
+                state: "new",
             });
         }
         let mut c = Cluster {
@@ -86,9 +90,13 @@ impl Cluster {
 
     /// Starts (or restarts) member `i` on its data dir.
     pub fn spawn(&mut self, i: usize) -> TestResult {
+        // Bootstrapping members list each other; a joining member lists everyone (it asks them
+        // for the membership).
+        let joining = self.specs.get(i).is_some_and(|me| me.state == "existing");
         let initial = self
             .specs
             .iter()
+            .filter(|s| joining || s.state == "new")
             .map(|s| format!("{}=http://127.0.0.1:{}", s.name, s.peer_port))
             .collect::<Vec<_>>()
             .join(",");
@@ -113,6 +121,8 @@ impl Cluster {
                 &format!("http://127.0.0.1:{}", s.peer_port),
                 "--initial-cluster",
                 &initial,
+                "--initial-cluster-state",
+                s.state,
                 "--heartbeat-interval",
                 "50",
                 "--election-timeout",
@@ -128,6 +138,42 @@ impl Cluster {
             *slot = Some(child);
         }
         Ok(())
+    }
+
+    /// Reserves ports for a member to be added to the running cluster (started with
+    /// `--initial-cluster-state existing`); returns its index and peer URL. Not started.
+    pub fn add_spec(&mut self) -> TestResult<(usize, String)> {
+        let i = self.specs.len();
+        let spec = Spec {
+            name: format!("m{i}"),
+            client_port: free_port()?,
+            peer_port: free_port()?,
+            state: "existing",
+        };
+        let peer_url = format!("http://127.0.0.1:{}", spec.peer_port);
+        self.specs.push(spec);
+        self.procs.push(None);
+        Ok((i, peer_url))
+    }
+
+    /// Waits up to `within` for member `i`'s process to exit on its own; true if it did.
+    pub async fn wait_exit(&mut self, i: usize, within: Duration) -> TestResult<bool> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            let child = self
+                .procs
+                .get_mut(i)
+                .and_then(Option::as_mut)
+                .ok_or("not running")?;
+            if child.try_wait()?.is_some() {
+                if let Some(slot) = self.procs.get_mut(i) {
+                    *slot = None;
+                }
+                return Ok(true);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(false)
     }
 
     /// SIGKILLs member `i`.

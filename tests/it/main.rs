@@ -6,4 +6,5 @@ mod kv_cluster;
 mod kv_single;
 mod lease;
 mod lock;
+mod membership;
 mod watch;

@@ -22,7 +22,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Fja
         let storage = Storage::open(dir.path()).map_err(|e| err(&e))?;
         let mvcc = Arc::new(MvccStore::open(storage.clone()).map_err(|e| err(&e))?);
         let hub = crate::watch::WatchHub::new(mvcc.current_revision());
-        let sm = StateMachine::open(storage.clone(), mvcc, hub, dir.path())?;
+        let removed = std::sync::Arc::new(tokio::sync::watch::Sender::new(false));
+        let sm = StateMachine::open(1, storage.clone(), mvcc, hub, dir.path(), removed)?;
         Ok((dir, LogStore::new(storage), sm))
     }
 }

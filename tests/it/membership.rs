@@ -1,0 +1,193 @@
+//! Membership changes on real processes: grow a cluster from one member to three (a voter, then
+//! a learner that is promoted), remove the original member, and check that no write is lost and
+//! that the removed member stops.
+
+use std::time::{Duration, Instant};
+
+use concord::pb::etcdserverpb::cluster_client::ClusterClient;
+use concord::pb::etcdserverpb::{
+    Member, MemberAddRequest, MemberListRequest, MemberPromoteRequest, MemberRemoveRequest,
+    RangeRequest,
+};
+use tonic::transport::Channel;
+
+use crate::cluster::{put, Cluster, TestResult};
+
+async fn cluster_client(c: &Cluster, i: usize) -> TestResult<ClusterClient<Channel>> {
+    Ok(ClusterClient::connect(c.client_url(i)?).await?)
+}
+
+async fn members(c: &Cluster, i: usize) -> TestResult<Vec<Member>> {
+    let mut cl = cluster_client(c, i).await?;
+    Ok(cl
+        .member_list(MemberListRequest { linearizable: true })
+        .await?
+        .into_inner()
+        .members)
+}
+
+/// Waits until member `i` lists `n` members, all started (named) and all voters.
+async fn wait_voters(c: &Cluster, i: usize, n: usize) -> TestResult<Vec<Member>> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(list) = members(c, i).await {
+            if list.len() == n && list.iter().all(|m| !m.is_learner && !m.name.is_empty()) {
+                return Ok(list);
+            }
+            if Instant::now() > deadline {
+                return Err(format!("members never settled: {list:?}").into());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn value(c: &Cluster, i: usize, key: &str, serializable: bool) -> TestResult<Option<String>> {
+    let mut kv = c.kv(i).await?;
+    let resp = kv
+        .range(RangeRequest {
+            key: key.into(),
+            serializable,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    Ok(resp
+        .kvs
+        .first()
+        .map(|kv| String::from_utf8_lossy(&kv.value).into_owned()))
+}
+
+/// Reads `key` from member `i` until it answers `want` (a new member catches up first).
+async fn wait_value(
+    c: &Cluster,
+    i: usize,
+    key: &str,
+    want: &str,
+    serializable: bool,
+) -> TestResult {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match value(c, i, key, serializable).await {
+            Ok(Some(v)) if v == want => return Ok(()),
+            other if Instant::now() > deadline => {
+                return Err(format!("{key} on member {i}: {other:?}").into())
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grow_from_one_to_three_promote_a_learner_and_remove_the_founder() -> TestResult {
+    let mut c = Cluster::start(1)?;
+    c.wait_leader(Duration::from_secs(10)).await?;
+    put(&c, 0, "before", "1").await?;
+
+    // A voter: added, then started with --initial-cluster-state existing.
+    let (m1, url1) = c.add_spec()?;
+    let added = cluster_client(&c, 0)
+        .await?
+        .member_add(MemberAddRequest {
+            peer_ur_ls: vec![url1.clone()],
+            is_learner: false,
+        })
+        .await?
+        .into_inner();
+    let new_member = added.member.ok_or("no member in the answer")?;
+    assert_eq!(new_member.peer_ur_ls, vec![url1]);
+    assert!(!new_member.is_learner);
+    assert!(added.members.iter().any(|m| m.id == new_member.id));
+    c.spawn(m1)?;
+    let list = wait_voters(&c, 0, 2).await?;
+    assert!(list.iter().any(|m| m.id == new_member.id && m.name == "m1"));
+    wait_value(&c, m1, "before", "1", false).await?;
+
+    // A learner: it replicates, serves serializable reads only, then is promoted.
+    let (m2, url2) = c.add_spec()?;
+    let mut admin = cluster_client(&c, 0).await?;
+    let learner = admin
+        .member_add(MemberAddRequest {
+            peer_ur_ls: vec![url2.clone()],
+            is_learner: true,
+        })
+        .await?
+        .into_inner()
+        .member
+        .ok_or("no member in the answer")?;
+    assert!(learner.is_learner);
+    // etcd allows one learner at a time.
+    let second = admin
+        .member_add(MemberAddRequest {
+            peer_ur_ls: vec!["http://127.0.0.1:1".into()],
+            is_learner: true,
+        })
+        .await
+        .err()
+        .ok_or("a second learner was accepted")?;
+    assert_eq!(
+        second.message(),
+        "etcdserver: too many learner members in cluster"
+    );
+    // A voter cannot be "promoted".
+    let not_learner = admin
+        .member_promote(MemberPromoteRequest { id: new_member.id })
+        .await
+        .err()
+        .ok_or("promoted a voter")?;
+    assert_eq!(
+        not_learner.message(),
+        "etcdserver: can only promote a learner member"
+    );
+    c.spawn(m2)?;
+    put(&c, 0, "during", "2").await?;
+    wait_value(&c, m2, "during", "2", true).await?;
+    let refused = value(&c, m2, "during", false)
+        .await
+        .err()
+        .ok_or("a learner served a linearizable read")?;
+    assert!(
+        refused
+            .to_string()
+            .contains("rpc not supported for learner"),
+        "{refused}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match admin
+            .member_promote(MemberPromoteRequest { id: learner.id })
+            .await
+        {
+            Ok(_) => break,
+            Err(e) if Instant::now() < deadline && e.message().contains("in sync") => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let list = wait_voters(&c, m2, 3).await?;
+    let founder = list.iter().find(|m| m.name == "m0").ok_or("no m0")?.id;
+
+    // Remove the founding member (possibly the leader) through another member: the cluster
+    // goes on with two, every write is still there, and the removed member stops.
+    cluster_client(&c, m1)
+        .await?
+        .member_remove(MemberRemoveRequest { id: founder })
+        .await?;
+    assert!(
+        c.wait_exit(0, Duration::from_secs(20)).await?,
+        "the removed member still runs"
+    );
+    wait_voters(&c, m1, 2).await?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while put(&c, m2, "after", "3").await.is_err() {
+        assert!(Instant::now() < deadline, "no write after the removal");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for (key, want) in [("before", "1"), ("during", "2"), ("after", "3")] {
+        for i in [m1, m2] {
+            wait_value(&c, i, key, want, false).await?;
+        }
+    }
+    Ok(())
+}
