@@ -66,6 +66,10 @@ pub struct Config {
     /// Maximum client request size in bytes the server will accept.
     #[arg(long, env = "ETCD_MAX_REQUEST_BYTES", default_value_t = 1_572_864)]
     pub max_request_bytes: usize,
+    /// Raise the NOSPACE alarm when the backend size exceeds this many bytes (0: etcd's default
+    /// of 2 GiB).
+    #[arg(long, env = "ETCD_QUOTA_BACKEND_BYTES", default_value_t = 0)]
+    pub quota_backend_bytes: i64,
     /// Maximum number of operations permitted in a transaction.
     #[arg(long, env = "ETCD_MAX_TXN_OPS", default_value_t = 128)]
     pub max_txn_ops: usize,
@@ -182,6 +186,29 @@ impl Config {
             .collect())
     }
 
+    /// The flags `snapshot restore` shares with the server, the rest at their defaults.
+    pub fn for_restore(name: &str, initial_cluster: &str, token: &str, peer_urls: &str) -> Self {
+        Config::parse_from([
+            "concord",
+            "--name",
+            name,
+            "--initial-cluster",
+            initial_cluster,
+            "--initial-cluster-token",
+            token,
+            "--initial-advertise-peer-urls",
+            peer_urls,
+        ])
+    }
+
+    /// The space quota in bytes (`--quota-backend-bytes`, 0 or negative meaning the default).
+    pub fn quota_bytes(&self) -> u64 {
+        match u64::try_from(self.quota_backend_bytes) {
+            Ok(0) | Err(_) => DEFAULT_QUOTA_BYTES,
+            Ok(q) => q,
+        }
+    }
+
     /// This member's id, from its advertised peer URLs.
     pub fn member_id(&self) -> u64 {
         member_id(
@@ -190,6 +217,9 @@ impl Config {
         )
     }
 }
+
+/// etcd's default space quota: 2 GiB.
+pub const DEFAULT_QUOTA_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 
 /// Parses a Go-style duration: `500ms`, `5s`, `10m`, `1h`.
 ///

@@ -108,11 +108,14 @@ pub enum Error {
     /// The member found its data diverged from the cluster's (the CORRUPT alarm).
     #[error("corrupt cluster")]
     Corrupt,
+    /// MoveLeader did not complete in time.
+    #[error("request timed out, leader transfer took too long")]
+    LeaderTransferTimeout,
 }
 
 impl Error {
     /// Every variant, for tests and for decoding codes.
-    pub const ALL: [Error; 34] = [
+    pub const ALL: [Error; 35] = [
         Error::Compacted,
         Error::FutureRevision,
         Error::EmptyKey,
@@ -147,6 +150,7 @@ impl Error {
         Error::Unhealthy,
         Error::NoSpace,
         Error::Corrupt,
+        Error::LeaderTransferTimeout,
     ];
 
     /// The stable wire code of this error (never 0, which means "no error").

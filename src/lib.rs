@@ -26,5 +26,6 @@ pub mod pb;
 pub mod raft;
 pub mod rpc;
 pub mod server;
+pub mod snapshot;
 pub mod storage;
 pub mod watch;

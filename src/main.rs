@@ -4,6 +4,16 @@ use concord::config::Config;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some("snapshot") {
+        use clap::Parser;
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                "info,fjall=warn,lsm_tree=warn",
+            ))
+            .with_writer(std::io::stderr)
+            .init();
+        return concord::snapshot::SnapshotCli::parse_from(std::env::args().skip(1)).run();
+    }
     let cfg = Config::from_args();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(format!(

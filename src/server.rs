@@ -105,6 +105,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
         snapshot_every: cfg.snapshot_count,
         progress_interval: cfg.watch_progress_notify_interval,
         lease_checkpoint_interval: cfg.lease_checkpoint_interval,
+        quota_bytes: cfg.quota_bytes(),
     };
     let node = RaftNode::start(id, cluster_id, storage.clone(), &data_dir, options).await?;
     if *node.removed().borrow() {

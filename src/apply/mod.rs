@@ -86,7 +86,7 @@ pub fn apply(w: &mut WriteTxn<'_>, cmd: &Command) -> CommandResult {
 }
 
 /// Whether a txn puts anything in either branch (etcd's quota cost above zero).
-fn txn_writes(req: &TxnRequest) -> bool {
+pub fn txn_writes(req: &TxnRequest) -> bool {
     req.success
         .iter()
         .chain(&req.failure)

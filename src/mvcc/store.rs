@@ -160,8 +160,10 @@ impl MvccStore {
     /// etcd's HashKV: CRC-32C (Castagnoli) of the bucket name `key` and then, in revision
     /// order, of every stored revision up to `at` as etcd lays it out (17-byte revision key,
     /// plus `t` for a tombstone, then the marshalled `KeyValue`; a tombstone's holds only the
-    /// key). The same operations give the same hash as etcd. Returns the hash, the compacted
-    /// revision and the revision hashed (`at`, or the current one when `at` is 0).
+    /// key). Revisions at or below the compacted one count only if they are some key's live
+    /// version at `at` (etcd's `keep` set; all of them if that set is empty). The same
+    /// operations give the same hash as etcd. Returns the hash, the compacted revision and the
+    /// revision hashed (`at`, or the current one when `at` is 0).
     ///
     /// # Errors
     /// [`Error::Compacted`] / [`Error::FutureRevision`] for `at` out of range; a read failure.
@@ -175,6 +177,11 @@ impl MvccStore {
             return Err(Error::Compacted);
         }
         let compacted = state.compacted;
+        let keep: std::collections::HashSet<Revision> = state
+            .index
+            .range(&KeyRange::From(Vec::new()), at)
+            .map(|(_, kr)| kr.rev)
+            .collect();
         let end = Revision::new(at.saturating_add(1), 0).to_bytes();
         let records = self
             .storage
@@ -184,6 +191,9 @@ impl MvccStore {
         let mut crc = crc32c::crc32c(b"key");
         for (k, v) in records {
             let rev = Revision::from_bytes(&k).ok_or(Error::Storage)?;
+            if rev.main <= compacted && !keep.is_empty() && !keep.contains(&rev) {
+                continue;
+            }
             let (tombstone, kv) = decode_record(&v).map_err(|_| Error::Storage)?;
             let mut key = Vec::with_capacity(18);
             key.extend(rev.main.to_be_bytes());

@@ -9,6 +9,7 @@
 
 mod lease;
 mod log_store;
+mod maintenance;
 mod membership;
 mod network;
 mod peer;
@@ -27,7 +28,7 @@ pub use log_store::LogStore;
 pub use membership::{discover_identity, first_url, REMOVED_MESSAGE};
 pub use network::NetworkFactory;
 pub use peer::PeerService;
-pub use state_machine::StateMachine;
+pub use state_machine::{restore_snapshot, StateMachine};
 
 use crate::apply::{Command, CommandResult};
 use crate::mvcc::MvccStore;
@@ -66,6 +67,8 @@ pub struct RaftOptions {
     pub progress_interval: Duration,
     /// How often the leader checkpoints remaining lease TTLs through the log.
     pub lease_checkpoint_interval: Duration,
+    /// The backend size above which writes raise NOSPACE (`--quota-backend-bytes`).
+    pub quota_bytes: u64,
 }
 
 /// One member's Raft state, shared by every RPC.
@@ -90,6 +93,10 @@ pub struct RaftNode {
     membership_lock: tokio::sync::Mutex<()>,
     /// Set once this member learns it was removed from the cluster.
     removed: Arc<tokio::sync::watch::Sender<bool>>,
+    /// While set, the leader sends no appends or heartbeats (leadership transfer).
+    quiet: Arc<std::sync::atomic::AtomicBool>,
+    /// The state machine's latest snapshot file.
+    snapshot_path: std::path::PathBuf,
 }
 
 impl RaftNode {
@@ -108,6 +115,7 @@ impl RaftNode {
         let hub = WatchHub::new(mvcc.current_revision());
         crate::watch::sync::spawn(hub.clone(), mvcc.clone(), options.progress_interval);
         let removed = Arc::new(tokio::sync::watch::Sender::new(false));
+        let quiet = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let sm = StateMachine::open(
             id,
             storage.clone(),
@@ -134,7 +142,7 @@ impl RaftNode {
         let raft = Raft::new(
             id,
             config,
-            NetworkFactory::new(cluster_id, removed.clone()),
+            NetworkFactory::new(cluster_id, removed.clone(), quiet.clone()),
             log,
             sm,
         )
@@ -160,6 +168,8 @@ impl RaftNode {
             checkpoint_gate: tokio::sync::RwLock::new(()),
             membership_lock: tokio::sync::Mutex::new(()),
             removed,
+            quiet,
+            snapshot_path: state_machine::snapshot_path(data_dir),
         });
         node.start_lease_expiry();
         Ok(node)

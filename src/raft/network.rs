@@ -1,6 +1,7 @@
 //! Member-to-member transport, client side: openraft RPCs over Concord's `RaftPeer` gRPC service,
 //! with bincode-encoded openraft messages as payload.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,15 +42,17 @@ pub fn peer_channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
 pub struct NetworkFactory {
     cluster_id: u64,
     removed: Arc<watch::Sender<bool>>,
+    quiet: Arc<AtomicBool>,
 }
 
 impl NetworkFactory {
     /// A factory for members of `cluster_id` whose clients raise `removed` when a peer refuses
-    /// this member as removed.
-    pub fn new(cluster_id: u64, removed: Arc<watch::Sender<bool>>) -> Self {
+    /// this member as removed, and send no appends while `quiet` is set.
+    pub fn new(cluster_id: u64, removed: Arc<watch::Sender<bool>>, quiet: Arc<AtomicBool>) -> Self {
         NetworkFactory {
             cluster_id,
             removed,
+            quiet,
         }
     }
 }
@@ -69,6 +72,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             addr,
             cluster_id: self.cluster_id,
             removed: self.removed.clone(),
+            quiet: self.quiet.clone(),
         }
     }
 }
@@ -80,6 +84,7 @@ pub struct PeerClient {
     client: Option<RaftPeerClient<Channel>>,
     cluster_id: u64,
     removed: Arc<watch::Sender<bool>>,
+    quiet: Arc<AtomicBool>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +103,10 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
+        if matches!(method, Method::Append) && self.quiet.load(Ordering::SeqCst) {
+            let e = TransportError("quiet: leadership transfer in progress".into());
+            return Err(RPCError::Unreachable(Unreachable::new(&e)));
+        }
         let Some(client) = self.client.as_mut() else {
             let e = TransportError(format!("bad peer address {}", self.addr));
             return Err(RPCError::Unreachable(Unreachable::new(&e)));

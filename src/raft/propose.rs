@@ -125,6 +125,7 @@ impl RaftNode {
         if cmd.encoded_len() > self.options.max_request_bytes {
             return Err(Error::RequestTooLarge);
         }
+        self.check_quota(&cmd).await?;
         let result = tokio::time::timeout(self.options.request_timeout, self.route(cmd))
             .await
             .map_err(|_| Error::Timeout)
@@ -137,6 +138,42 @@ impl RaftNode {
             Some(o) => Ok(o),
             None => Err(Error::Storage),
         }
+    }
+
+    /// etcd's space quota: a request that could grow the store fails with `database space
+    /// exceeded` while NOSPACE is raised, and raises it when the backend would pass the quota.
+    async fn check_quota(&self, cmd: &Command) -> Result<()> {
+        let grows = match &cmd.op {
+            Some(Op::Put(_) | Op::LeaseGrant(_)) => true,
+            Some(Op::Txn(t)) => crate::apply::txn_writes(t),
+            _ => false,
+        };
+        if !grows {
+            return Ok(());
+        }
+        let nospace = crate::pb::etcdserverpb::AlarmType::Nospace as i32;
+        if self.mvcc.alarms().iter().any(|(_, a)| *a == nospace) {
+            return Err(Error::NoSpace);
+        }
+        let size = self.storage.state_size() + cmd.encoded_len() as u64;
+        if size <= self.options.quota_bytes {
+            return Ok(());
+        }
+        tracing::warn!(
+            size,
+            quota = self.options.quota_bytes,
+            "space quota exceeded: raising NOSPACE"
+        );
+        let raise = Command::new(Op::Alarm(crate::pb::etcdserverpb::AlarmRequest {
+            action: crate::pb::etcdserverpb::alarm_request::AlarmAction::Activate as i32,
+            member_id: self.id,
+            alarm: nospace,
+        }));
+        // Through the plain route: an alarm is not subject to the quota.
+        if let Err(e) = self.route(raise).await {
+            tracing::warn!(error = %e, "raising NOSPACE failed");
+        }
+        Err(Error::NoSpace)
     }
 
     /// Proposes on this member when it leads, else forwards to the leader it knows. A proposal

@@ -100,12 +100,17 @@ impl StateMachine {
             storage,
             mvcc,
             hub,
-            snapshot_path: data_dir.join("snapshot.bin"),
+            snapshot_path: snapshot_path(data_dir),
             applied,
             membership,
             snapshot_seq: 0,
         })
     }
+}
+
+/// Where a member keeps its latest snapshot.
+pub fn snapshot_path(data_dir: &std::path::Path) -> PathBuf {
+    data_dir.join("snapshot.bin")
 }
 
 /// Writes a snapshot file atomically: temp file, fsync, rename.
@@ -314,4 +319,44 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             snapshot: Box::new(Cursor::new(stored.data)),
         }))
     }
+}
+
+/// Writes the state a snapshot file carries (as `Maintenance.Snapshot` streams it, without the
+/// trailing checksum) into an empty `storage`, for a new cluster: keys with their history,
+/// leases, revisions and alarms; not the old cluster's members. Returns the revision.
+///
+/// # Errors
+/// A corrupt snapshot, or a storage failure.
+pub fn restore_snapshot(storage: &Storage, bytes: &[u8]) -> Result<i64, String> {
+    let stored: StoredSnapshot = bincode::deserialize(bytes).map_err(|e| e.to_string())?;
+    let body: SnapshotBody = bincode::deserialize(&stored.data).map_err(|e| e.to_string())?;
+    let mut batch = storage.batch();
+    for (k, v) in &body.kv {
+        batch.insert(Space::Kv, k, v);
+    }
+    for (k, v) in &body.leases {
+        batch.insert(Space::Lease, k, v);
+    }
+    for (key, value) in [
+        (meta_key::REVISION, &body.revision),
+        (meta_key::COMPACTED, &body.compacted),
+    ] {
+        if let Some(v) = value {
+            batch.insert(Space::Meta, key, v);
+        }
+    }
+    for (k, v) in body
+        .replicated_meta
+        .iter()
+        .filter(|(k, _)| k.starts_with(meta_key::ALARM))
+    {
+        batch.insert(Space::Meta, k, v);
+    }
+    batch.commit().map_err(|e| e.to_string())?;
+    storage.persist_state().map_err(|e| e.to_string())?;
+    let revision = body
+        .revision
+        .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
+        .map_or(1, i64::from_be_bytes);
+    Ok(revision)
 }

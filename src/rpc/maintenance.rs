@@ -1,14 +1,23 @@
-//! `etcdserverpb.Maintenance`: Status, and Alarm listing (Concord raises no alarms yet: it has
-//! no space quota and no corruption check, so the list is always empty). The other methods
-//! answer `Unimplemented` until their issues land (alarm activation, defragment, hash, snapshot,
-//! move-leader, downgrade).
+//! `etcdserverpb.Maintenance`: Status, alarms (list, raise, clear; NOSPACE is raised by the
+//! space quota), Defragment, Hash/HashKV (etcd's exact HashKV algorithm), Snapshot (a consistent
+//! copy of the state followed by its SHA-256, as etcd streams it) and MoveLeader.
 
+use std::pin::Pin;
+
+use sha2::{Digest, Sha256};
+use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
-use super::{current_header, Context};
+use super::{current_header, status, Context};
+use crate::apply::{Command, Op, Outcome};
+use crate::error::Error;
 use crate::pb::etcdserverpb::alarm_request::AlarmAction;
 use crate::pb::etcdserverpb::maintenance_server::Maintenance;
-use crate::pb::etcdserverpb::{AlarmRequest, AlarmResponse, StatusRequest, StatusResponse};
+use crate::pb::etcdserverpb::{
+    AlarmMember, AlarmRequest, AlarmResponse, AlarmType, DefragmentRequest, DefragmentResponse,
+    HashKvRequest, HashKvResponse, HashRequest, HashResponse, MoveLeaderRequest,
+    MoveLeaderResponse, SnapshotRequest, SnapshotResponse, StatusRequest, StatusResponse,
+};
 
 /// The etcd version Concord is compatible with, reported by `Status` and `/version`. Clients
 /// gate features on it: Kubernetes turns watch progress requests on only from 3.5.13, and
@@ -16,6 +25,12 @@ use crate::pb::etcdserverpb::{AlarmRequest, AlarmResponse, StatusRequest, Status
 pub const ETCD_API_VERSION: &str = "3.5.13";
 /// The cluster version `/version` reports, as etcd does (major.minor.0).
 pub const ETCD_CLUSTER_VERSION: &str = "3.5.0";
+
+/// The snapshot body is padded to a multiple of this, as etcd's bbolt file is.
+const SNAPSHOT_PAGE: usize = 512;
+
+/// Bytes per snapshot message, as etcd sends them.
+const SNAPSHOT_CHUNK: usize = 32 * 1024;
 
 /// The Maintenance service.
 pub struct MaintenanceService {
@@ -29,23 +44,51 @@ impl MaintenanceService {
     }
 }
 
+/// An alarm as etcd prints it in `Status.errors` (protobuf text of `AlarmMember`).
+fn alarm_text(member: u64, alarm: i32) -> String {
+    let name = AlarmType::try_from(alarm).map_or("UNKNOWN", |a| a.as_str_name());
+    format!("memberID:{member} alarm:{name} ")
+}
+
+type SnapshotStream = Pin<Box<dyn Stream<Item = Result<SnapshotResponse, Status>> + Send>>;
+
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
     async fn alarm(&self, req: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
-        if req.get_ref().action != AlarmAction::Get as i32 {
-            return Err(Status::unimplemented(
-                "alarm activation is not supported yet: Concord raises no alarms",
-            ));
+        let node = &self.ctx.node;
+        let req = req.into_inner();
+        if req.action == AlarmAction::Get as i32 {
+            let alarms = node
+                .mvcc()
+                .alarms()
+                .into_iter()
+                .filter(|(_, a)| req.alarm == AlarmType::None as i32 || *a == req.alarm)
+                .map(|(member_id, alarm)| AlarmMember { member_id, alarm })
+                .collect();
+            return Ok(Response::new(AlarmResponse {
+                header: current_header(node),
+                alarms,
+            }));
         }
-        Ok(Response::new(AlarmResponse {
-            header: current_header(&self.ctx.node),
-            alarms: Vec::new(),
-        }))
+        match node.propose(Command::new(Op::Alarm(req))).await {
+            Ok(Outcome::Alarm(mut resp)) => {
+                super::fill_header(node, &mut resp.header);
+                Ok(Response::new(resp))
+            }
+            Ok(_) => Err(status::status(Error::Storage)),
+            Err(e) => Err(status::status(e)),
+        }
     }
 
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         let node = &self.ctx.node;
-        let size = i64::try_from(node.disk_space()).unwrap_or(i64::MAX);
+        let size = i64::try_from(node.state_size()).unwrap_or(i64::MAX);
+        let errors = node
+            .mvcc()
+            .alarms()
+            .into_iter()
+            .map(|(m, a)| alarm_text(m, a))
+            .collect();
         Ok(Response::new(StatusResponse {
             header: current_header(node),
             version: ETCD_API_VERSION.into(),
@@ -54,9 +97,96 @@ impl Maintenance for MaintenanceService {
             raft_index: node.last_log_index(),
             raft_term: node.term(),
             raft_applied_index: node.applied_index(),
-            errors: Vec::new(),
+            errors,
             db_size_in_use: size,
             is_learner: node.is_learner(),
+        }))
+    }
+
+    async fn defragment(
+        &self,
+        _: Request<DefragmentRequest>,
+    ) -> Result<Response<DefragmentResponse>, Status> {
+        let node = self.ctx.node.clone();
+        let before = node.state_size();
+        let started = std::time::Instant::now();
+        tokio::task::spawn_blocking(move || node.defragment())
+            .await
+            .map_err(|_| status::status(Error::Stopped))?
+            .map_err(status::status)?;
+        tracing::info!(
+            before,
+            after = self.ctx.node.state_size(),
+            took = ?started.elapsed(),
+            "defragmented"
+        );
+        Ok(Response::new(DefragmentResponse {
+            header: current_header(&self.ctx.node),
+        }))
+    }
+
+    async fn hash(&self, _: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+        let node = &self.ctx.node;
+        let hash = node.state_hash().map_err(status::status)?;
+        Ok(Response::new(HashResponse {
+            header: current_header(node),
+            hash,
+        }))
+    }
+
+    async fn hash_kv(
+        &self,
+        req: Request<HashKvRequest>,
+    ) -> Result<Response<HashKvResponse>, Status> {
+        let node = &self.ctx.node;
+        let (hash, compact_revision, _) = node
+            .mvcc()
+            .hash_kv(req.get_ref().revision)
+            .map_err(status::status)?;
+        Ok(Response::new(HashKvResponse {
+            header: current_header(node),
+            hash,
+            compact_revision,
+        }))
+    }
+
+    async fn snapshot(
+        &self,
+        _: Request<SnapshotRequest>,
+    ) -> Result<Response<SnapshotStream>, Status> {
+        let node = &self.ctx.node;
+        let mut data = node.snapshot_bytes().await.map_err(status::status)?;
+        // etcdctl checks that the checksum follows whole 512-byte pages (bbolt's): pad to that.
+        data.resize(data.len().div_ceil(SNAPSHOT_PAGE) * SNAPSHOT_PAGE, 0);
+        let digest = Sha256::digest(&data);
+        data.extend_from_slice(&digest);
+        tracing::info!(bytes = data.len(), "sending snapshot");
+        let header = current_header(node);
+        let total = data.len();
+        let messages: Vec<Result<SnapshotResponse, Status>> = data
+            .chunks(SNAPSHOT_CHUNK)
+            .scan(total, |remaining, chunk| {
+                *remaining -= chunk.len();
+                Some(Ok(SnapshotResponse {
+                    header,
+                    remaining_bytes: *remaining as u64,
+                    blob: chunk.to_vec(),
+                }))
+            })
+            .collect();
+        Ok(Response::new(Box::pin(tokio_stream::iter(messages))))
+    }
+
+    async fn move_leader(
+        &self,
+        req: Request<MoveLeaderRequest>,
+    ) -> Result<Response<MoveLeaderResponse>, Status> {
+        let node = &self.ctx.node;
+        node.move_leader(req.get_ref().target_id)
+            .await
+            .map_err(status::status)?;
+        Ok(Response::new(MoveLeaderResponse {
+            header: current_header(node),
         }))
     }
 }

@@ -80,6 +80,11 @@ pub fn code_and_message(e: Error) -> (Code, &'static str) {
             "etcdserver: mvcc: database space exceeded",
         ),
         Error::Corrupt => (Code::DataLoss, "etcdserver: corrupt cluster"),
+        // Not in etcd's gRPC error table: it reaches clients as Unknown with its text.
+        Error::LeaderTransferTimeout => (
+            Code::Unknown,
+            "etcdserver: request timed out, leader transfer took too long",
+        ),
     }
 }
 

@@ -359,9 +359,33 @@ impl Storage {
         Ok(self.raft_meta.get(key)?.map(|v| v.to_vec()))
     }
 
-    /// Approximate bytes on disk, for `Status.dbSize`.
+    /// Approximate bytes on disk, log and state together.
     pub fn disk_space(&self) -> u64 {
         self.db.disk_space().unwrap_or(0) + self.log_db.disk_space().unwrap_or(0)
+    }
+
+    /// The size of the state (etcd's backend size, `Status.dbSize`, what the space quota
+    /// counts): the state keyspaces' tables plus their memtables, journals aside. Like etcd's
+    /// bbolt file it does not shrink when history is compacted, only after [`Self::defragment`].
+    pub fn state_size(&self) -> u64 {
+        let tables: u64 = [&self.kv, &self.meta, &self.lease]
+            .iter()
+            .map(|ks| ks.disk_space())
+            .sum();
+        tables + self.db.write_buffer_size()
+    }
+
+    /// Reclaims the space of deleted and compacted entries (etcd's defragment): writes the
+    /// memtables out and rewrites every state table, dropping what was removed.
+    ///
+    /// # Errors
+    /// On an I/O failure.
+    pub fn defragment(&self) -> StorageResult<()> {
+        for ks in [&self.kv, &self.meta, &self.lease] {
+            ks.rotate_memtable_and_wait()?;
+            ks.major_compact()?;
+        }
+        Ok(())
     }
 }
 

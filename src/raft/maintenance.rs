@@ -1,0 +1,150 @@
+//! Member-local maintenance: a consistent copy of the state for `Maintenance.Snapshot`, and
+//! leadership transfer for `MoveLeader`.
+//!
+//! openraft 0.9 has no leadership transfer, and its voters refuse to vote while they hear from
+//! a leader (the leader lease). So the leader transfers like this: it waits for the transferee to
+//! have its whole log, goes quiet (sends no appends or heartbeats) until the voters' leases have
+//! run out, then asks the transferee to campaign at once (`TimeoutNow`). The transferee's log is
+//! the longest, so it wins before any other member's election timer fires. Proposals made while
+//! quiet are not committed and end with `leader changed`, as etcd drops proposals during a
+//! transfer.
+
+use std::sync::atomic::Ordering;
+
+use super::{first_url, RaftNode};
+use crate::error::{Error, Result};
+use crate::pb::concordpb::TimeoutNowRequest;
+use crate::storage::{meta_key, Space};
+
+impl RaftNode {
+    /// The bytes of a snapshot that covers everything applied when called: a consistent
+    /// point-in-time copy of the whole state (the format `concord snapshot restore` reads).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] if the snapshot is not built in time; [`Error::Storage`].
+    pub async fn snapshot_bytes(&self) -> Result<Vec<u8>> {
+        let target = self.applied_index();
+        self.raft
+            .trigger()
+            .snapshot()
+            .await
+            .map_err(|_| Error::Stopped)?;
+        let mut metrics = self.raft.metrics();
+        let built = metrics.wait_for(|m| m.snapshot.is_some_and(|s| s.index >= target));
+        tokio::time::timeout(self.options.request_timeout * 4, built)
+            .await
+            .map_err(|_| Error::Timeout)?
+            .map_err(|_| Error::Stopped)?;
+        tokio::fs::read(&self.snapshot_path)
+            .await
+            .map_err(|_| Error::Storage)
+    }
+
+    /// Hands leadership to voter `target` (etcd's MoveLeader); must run on the leader.
+    ///
+    /// # Errors
+    /// [`Error::NotLeader`], [`Error::BadLeaderTransferee`] for a learner or unknown member,
+    /// [`Error::LeaderTransferTimeout`].
+    pub async fn move_leader(&self, target: u64) -> Result<()> {
+        if self.leader() != Some(self.id) {
+            return Err(Error::NotLeader);
+        }
+        if target == self.id {
+            return Ok(());
+        }
+        let member = self
+            .member_list()
+            .into_iter()
+            .find(|m| m.id == target && !m.is_learner)
+            .ok_or(Error::BadLeaderTransferee)?;
+        let addr = member
+            .peer_ur_ls
+            .first()
+            .map(|u| first_url(u).to_string())
+            .ok_or(Error::BadLeaderTransferee)?;
+        let deadline = tokio::time::Instant::now() + self.options.request_timeout * 2;
+        // The transferee must have everything, or the voters would not elect it.
+        let mut metrics = self.raft.metrics();
+        let caught_up = metrics.wait_for(|m| {
+            let last = m.last_log_index;
+            let matched = m
+                .replication
+                .as_ref()
+                .and_then(|r| r.get(&target).cloned().flatten())
+                .map(|l| l.index);
+            last.is_some() && matched == last
+        });
+        tokio::time::timeout_at(deadline, caught_up)
+            .await
+            .map_err(|_| Error::LeaderTransferTimeout)?
+            .map_err(|_| Error::Stopped)?;
+        tracing::info!(target = format!("{target:x}"), "transferring leadership");
+        self.quiet.store(true, Ordering::SeqCst);
+        let transferred = async {
+            // openraft's leader lease is the longest election timeout (twice the shortest).
+            tokio::time::sleep(self.options.election * 2 + self.options.heartbeat * 2).await;
+            let mut client = self
+                .peers
+                .client(&addr)
+                .map_err(|_| Error::BadLeaderTransferee)?;
+            client
+                .timeout_now(TimeoutNowRequest {})
+                .await
+                .map_err(|_| Error::LeaderTransferTimeout)?;
+            let mut metrics = self.raft.metrics();
+            metrics
+                .wait_for(|m| m.current_leader == Some(target))
+                .await
+                .map_err(|_| Error::Stopped)?;
+            Ok(())
+        };
+        let result = tokio::time::timeout_at(deadline, transferred)
+            .await
+            .unwrap_or(Err(Error::LeaderTransferTimeout));
+        self.quiet.store(false, Ordering::SeqCst);
+        result
+    }
+}
+
+impl RaftNode {
+    /// The backend size: what `Status.dbSize` reports and the space quota counts.
+    pub fn state_size(&self) -> u64 {
+        self.storage.state_size()
+    }
+
+    /// Reclaims space of compacted history (etcd's defragment); blocking.
+    ///
+    /// # Errors
+    /// [`Error::Storage`].
+    pub fn defragment(&self) -> Result<()> {
+        self.storage.defragment().map_err(|e| {
+            tracing::error!(error = %e, "defragment failed");
+            Error::Storage
+        })
+    }
+
+    /// etcd's `Hash`: a CRC-32C of the whole replicated state (keys with their history,
+    /// leases, members' attributes and alarms), equal on members that applied the same log.
+    ///
+    /// # Errors
+    /// [`Error::Storage`].
+    pub fn state_hash(&self) -> Result<u32> {
+        let _consistent = self.mvcc.read()?;
+        let mut crc = 0;
+        for (space, prefix) in [
+            (Space::Kv, &b""[..]),
+            (Space::Lease, &b""[..]),
+            (Space::Meta, meta_key::REPLICATED),
+        ] {
+            for (k, v) in self
+                .storage
+                .scan_prefix(space, prefix)
+                .map_err(|_| Error::Storage)?
+            {
+                crc = crc32c::crc32c_append(crc, &k);
+                crc = crc32c::crc32c_append(crc, &v);
+            }
+        }
+        Ok(crc)
+    }
+}
