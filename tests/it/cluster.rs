@@ -67,6 +67,15 @@ impl Cluster {
 
     /// Starts `n` members with extra flags for every member.
     pub fn start_with(n: usize, extra_args: &[&str]) -> TestResult<Self> {
+        let mut c = Self::prepare(n, extra_args)?;
+        for i in 0..n {
+            c.spawn(i)?;
+        }
+        Ok(c)
+    }
+
+    /// Plans `n` bootstrapping members (ports, names, data dirs) without starting them.
+    pub fn prepare(n: usize, extra_args: &[&str]) -> TestResult<Self> {
         let mut specs = Vec::new();
         for i in 0..n {
             specs.push(Spec {
@@ -76,16 +85,28 @@ impl Cluster {
                 state: "new",
             });
         }
-        let mut c = Cluster {
+        Ok(Cluster {
             dir: tempfile::tempdir()?,
             procs: specs.iter().map(|_| None).collect(),
             specs,
             extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
-        };
-        for i in 0..n {
-            c.spawn(i)?;
-        }
-        Ok(c)
+        })
+    }
+
+    /// The `--initial-cluster` of the bootstrapping members.
+    pub fn initial_cluster(&self) -> String {
+        self.specs
+            .iter()
+            .filter(|s| s.state == "new")
+            .map(|s| format!("{}=http://127.0.0.1:{}", s.name, s.peer_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Member `i`'s name and peer URL.
+    pub fn name_and_peer_url(&self, i: usize) -> TestResult<(String, String)> {
+        let s = self.specs.get(i).ok_or("no such member")?;
+        Ok((s.name.clone(), format!("http://127.0.0.1:{}", s.peer_port)))
     }
 
     /// Starts (or restarts) member `i` on its data dir.

@@ -6,5 +6,6 @@ mod kv_cluster;
 mod kv_single;
 mod lease;
 mod lock;
+mod maintenance;
 mod membership;
 mod watch;

@@ -1,0 +1,241 @@
+//! Maintenance on real processes: HashKV agrees across members and survives a snapshot restore
+//! into a new cluster; the NOSPACE alarm under a tiny quota and its recovery; MoveLeader.
+
+use std::time::{Duration, Instant};
+
+use concord::pb::etcdserverpb::alarm_request::AlarmAction;
+use concord::pb::etcdserverpb::maintenance_client::MaintenanceClient;
+use concord::pb::etcdserverpb::{
+    AlarmMember, AlarmRequest, AlarmType, CompactionRequest, DefragmentRequest, DeleteRangeRequest,
+    HashKvRequest, MoveLeaderRequest, PutRequest, SnapshotRequest, StatusRequest,
+};
+use tonic::transport::Channel;
+
+use crate::cluster::{grant, put, Cluster, TestResult};
+
+async fn maintenance(c: &Cluster, i: usize) -> TestResult<MaintenanceClient<Channel>> {
+    Ok(MaintenanceClient::connect(c.client_url(i)?).await?)
+}
+
+/// HashKV of every member at `revision`, waiting for them to have applied it.
+async fn hashes(c: &Cluster, members: &[usize], revision: i64) -> TestResult<Vec<u32>> {
+    let mut out = Vec::new();
+    for &i in members {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = maintenance(c, i)
+                .await?
+                .hash_kv(HashKvRequest { revision })
+                .await;
+            match r {
+                Ok(r) => {
+                    out.push(r.into_inner().hash);
+                    break;
+                }
+                Err(e) if Instant::now() > deadline => return Err(e.into()),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_restores_into_a_new_cluster_with_the_same_hashkv() -> TestResult {
+    let c = Cluster::start(3)?;
+    c.wait_leader(Duration::from_secs(10)).await?;
+    for i in 0..20 {
+        put(&c, i % 3, &format!("k{i}"), &format!("v{i}")).await?;
+    }
+    let mut kv = c.kv(0).await?;
+    kv.delete_range(DeleteRangeRequest {
+        key: b"k1".to_vec(),
+        range_end: b"k2".to_vec(),
+        ..Default::default()
+    })
+    .await?;
+    kv.compact(CompactionRequest {
+        revision: 10,
+        physical: true,
+    })
+    .await?;
+    grant(&c, 1, 600).await?;
+    let revision = put(&c, 2, "last", "x").await?;
+    let source = hashes(&c, &[0, 1, 2], revision).await?;
+    assert!(source.iter().all(|h| *h == source[0]), "members diverge: {source:?}");
+
+    // etcdctl snapshot save: the stream, concatenated.
+    let mut stream = maintenance(&c, 1)
+        .await?
+        .snapshot(SnapshotRequest {})
+        .await?
+        .into_inner();
+    let mut file = Vec::new();
+    let mut last_remaining = u64::MAX;
+    while let Some(msg) = stream.message().await? {
+        file.extend(msg.blob);
+        last_remaining = msg.remaining_bytes;
+    }
+    assert_eq!(last_remaining, 0);
+    assert_eq!(file.len() % 512, 32, "a 512-byte-paged body and a SHA-256 trailer");
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("snap.db");
+    std::fs::write(&path, &file)?;
+
+    let mut restored = Cluster::prepare(3, &[])?;
+    for i in 0..3 {
+        let (name, peer_url) = restored.name_and_peer_url(i)?;
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_concord"))
+            .arg("snapshot")
+            .arg("restore")
+            .arg(&path)
+            .args(["--name", &name, "--initial-cluster", &restored.initial_cluster()])
+            .args(["--initial-advertise-peer-urls", &peer_url, "--data-dir"])
+            .arg(restored.data_dir(i)?)
+            .output()?;
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_concord"))
+        .args(["snapshot", "status", "-w", "json"])
+        .arg(&path)
+        .output()?;
+    let status = String::from_utf8_lossy(&status.stdout).into_owned();
+    assert!(status.contains(&format!("\"hash\":{}", source[0])), "{status}");
+    assert!(status.contains(&format!("\"revision\":{revision}")), "{status}");
+    for i in 0..3 {
+        restored.spawn(i)?;
+    }
+    restored.wait_leader(Duration::from_secs(10)).await?;
+    let copies = hashes(&restored, &[0, 1, 2], revision).await?;
+    assert_eq!(copies, source, "the restored cluster differs");
+    // The restored cluster goes on from the snapshot's revision.
+    assert_eq!(put(&restored, 0, "after", "y").await?, revision + 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nospace_under_a_tiny_quota_until_compact_defrag_and_disarm() -> TestResult {
+    let c = Cluster::start_with(1, &["--quota-backend-bytes", "200000"])?;
+    c.wait_leader(Duration::from_secs(10)).await?;
+    let mut kv = c.kv(0).await?;
+    // Incompressible values: the quota counts bytes on disk.
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut noise = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect()
+    };
+    let mut refused = None;
+    for i in 0..100 {
+        let r = kv
+            .put(PutRequest {
+                key: format!("k{}", i % 4).into(),
+                value: noise(20_000),
+                ..Default::default()
+            })
+            .await;
+        if let Err(e) = r {
+            refused = Some(e);
+            break;
+        }
+    }
+    let refused = refused.ok_or("the quota never refused a write")?;
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    assert_eq!(refused.message(), "etcdserver: mvcc: database space exceeded");
+
+    let mut m = maintenance(&c, 0).await?;
+    let status = m.status(StatusRequest {}).await?.into_inner();
+    let member_id = status.header.map_or(0, |h| h.member_id);
+    assert_eq!(status.errors, vec![format!("memberID:{member_id} alarm:NOSPACE ")]);
+    let alarms = m
+        .alarm(AlarmRequest {
+            action: AlarmAction::Get as i32,
+            member_id: 0,
+            alarm: AlarmType::None as i32,
+        })
+        .await?
+        .into_inner()
+        .alarms;
+    let nospace = AlarmMember {
+        member_id,
+        alarm: AlarmType::Nospace as i32,
+    };
+    assert_eq!(alarms, vec![nospace]);
+    // Deletes still work; puts do not, even small ones.
+    kv.delete_range(DeleteRangeRequest {
+        key: b"k3".to_vec(),
+        ..Default::default()
+    })
+    .await?;
+    assert!(put(&c, 0, "small", "1").await.is_err());
+
+    let revision = status.header.map_or(0, |h| h.revision) + 1;
+    kv.compact(CompactionRequest {
+        revision,
+        physical: true,
+    })
+    .await?;
+    m.defragment(DefragmentRequest {}).await?;
+    let disarmed = m
+        .alarm(AlarmRequest {
+            action: AlarmAction::Deactivate as i32,
+            member_id,
+            alarm: AlarmType::Nospace as i32,
+        })
+        .await?
+        .into_inner()
+        .alarms;
+    assert_eq!(disarmed, vec![nospace]);
+    put(&c, 0, "small", "1").await?;
+    assert!(m.status(StatusRequest {}).await?.into_inner().errors.is_empty());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn move_leader_hands_leadership_to_the_chosen_member() -> TestResult {
+    let c = Cluster::start(3)?;
+    let leader = c.wait_leader(Duration::from_secs(10)).await?;
+    put(&c, 0, "before", "1").await?;
+    let follower = (leader + 1) % 3;
+    let follower_id = maintenance(&c, follower)
+        .await?
+        .status(StatusRequest {})
+        .await?
+        .into_inner()
+        .header
+        .map_or(0, |h| h.member_id);
+
+    let not_leader = maintenance(&c, follower)
+        .await?
+        .move_leader(MoveLeaderRequest {
+            target_id: follower_id,
+        })
+        .await
+        .err()
+        .ok_or("a follower moved the leader")?;
+    assert_eq!(not_leader.message(), "etcdserver: not leader");
+    let bad = maintenance(&c, leader)
+        .await?
+        .move_leader(MoveLeaderRequest { target_id: 42 })
+        .await
+        .err()
+        .ok_or("moved the leader to nobody")?;
+    assert_eq!(bad.message(), "etcdserver: bad leader transferee");
+
+    maintenance(&c, leader)
+        .await?
+        .move_leader(MoveLeaderRequest {
+            target_id: follower_id,
+        })
+        .await?;
+    assert_eq!(c.wait_leader(Duration::from_secs(10)).await?, follower);
+    let revision = put(&c, leader, "after", "2").await?;
+    let all = hashes(&c, &[0, 1, 2], revision).await?;
+    assert!(all.iter().all(|h| *h == all[0]), "members diverge: {all:?}");
+    Ok(())
+}
