@@ -99,6 +99,14 @@ pub struct Config {
         value_parser = parse_duration
     )]
     pub lease_checkpoint_interval: Duration,
+    /// Auto compaction: `periodic` (keep `--auto-compaction-retention` of time) or `revision`
+    /// (keep that many revisions).
+    #[arg(long, env = "ETCD_AUTO_COMPACTION_MODE", default_value = "periodic")]
+    pub auto_compaction_mode: CompactionMode,
+    /// Auto compaction retention: a duration (`1h`, `30m`; a bare number is hours) in periodic
+    /// mode, a revision count in revision mode; 0 turns auto compaction off.
+    #[arg(long, env = "ETCD_AUTO_COMPACTION_RETENTION", default_value = "0")]
+    pub auto_compaction_retention: String,
     /// Log level: debug, info, warn, error.
     #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -269,6 +277,55 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
+/// `--auto-compaction-mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompactionMode {
+    /// Keep a window of time.
+    Periodic,
+    /// Keep a number of revisions.
+    Revision,
+}
+
+/// What auto compaction keeps, parsed from the mode and retention flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retention {
+    /// Auto compaction is off.
+    Off,
+    /// Keep the history of this long.
+    Period(Duration),
+    /// Keep this many revisions.
+    Revisions(i64),
+}
+
+impl Config {
+    /// The auto compaction retention, as etcd reads its flags.
+    ///
+    /// # Errors
+    /// A retention that does not parse for its mode.
+    pub fn retention(&self) -> Result<Retention, String> {
+        let text = self.auto_compaction_retention.trim();
+        let bad = || format!("invalid --auto-compaction-retention {text:?}");
+        match self.auto_compaction_mode {
+            CompactionMode::Revision => match text.parse::<i64>().map_err(|_| bad())? {
+                0 => Ok(Retention::Off),
+                n if n > 0 => Ok(Retention::Revisions(n)),
+                _ => Err(bad()),
+            },
+            CompactionMode::Periodic => {
+                let period = match text.parse::<u64>() {
+                    Ok(hours) => Duration::from_secs(hours * 3600),
+                    Err(_) => parse_duration(text).map_err(|_| bad())?,
+                };
+                Ok(if period.is_zero() {
+                    Retention::Off
+                } else {
+                    Retention::Period(period)
+                })
+            }
+        }
+    }
+}
+
 /// How the server writes its logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
@@ -282,6 +339,36 @@ pub enum LogFormat {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_compaction_retention_reads_like_etcd() {
+        let retention = |mode: &str, value: &str| {
+            Config::parse_from([
+                "concord",
+                "--auto-compaction-mode",
+                mode,
+                "--auto-compaction-retention",
+                value,
+            ])
+            .retention()
+        };
+        assert_eq!(retention("periodic", "0"), Ok(Retention::Off));
+        assert_eq!(
+            retention("periodic", "2"),
+            Ok(Retention::Period(Duration::from_secs(7200)))
+        );
+        assert_eq!(
+            retention("periodic", "30m"),
+            Ok(Retention::Period(Duration::from_secs(1800)))
+        );
+        assert_eq!(
+            retention("revision", "1000"),
+            Ok(Retention::Revisions(1000))
+        );
+        assert_eq!(retention("revision", "0"), Ok(Retention::Off));
+        assert!(retention("revision", "1h").is_err());
+        assert!(retention("periodic", "soon").is_err());
+    }
 
     #[test]
     fn defaults_match_etcd() {

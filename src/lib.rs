@@ -16,6 +16,7 @@
 //! [`storage`], openraft only by [`raft`], tonic only by [`rpc`] (and the generated [`pb`]).
 
 pub mod apply;
+pub mod compactor;
 pub mod concurrency;
 pub mod config;
 pub mod error;

@@ -96,6 +96,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
     let data_dir = cfg.data_dir();
     let members = cfg.initial_members().map_err(|e| anyhow!(e))?;
     let storage = Storage::open(&data_dir).context("opening the data dir")?;
+    let retention = cfg.retention().map_err(|e| anyhow!(e))?;
     let (id, cluster_id) = identity(cfg, &members, &storage).await?;
     let options = RaftOptions {
         heartbeat: std::time::Duration::from_millis(cfg.heartbeat_interval),
@@ -150,6 +151,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
             .collect(),
     };
     node.publish_attributes(cfg.name.clone(), ctx.client_urls.clone());
+    crate::compactor::spawn(node.clone(), retention, stop_rx.clone());
     let mut removed = node.removed();
     let stop_on_removal = stop.clone();
     tasks.push(tokio::spawn(async move {

@@ -62,7 +62,10 @@ async fn a_snapshot_restores_into_a_new_cluster_with_the_same_hashkv() -> TestRe
     grant(&c, 1, 600).await?;
     let revision = put(&c, 2, "last", "x").await?;
     let source = hashes(&c, &[0, 1, 2], revision).await?;
-    assert!(source.iter().all(|h| *h == source[0]), "members diverge: {source:?}");
+    assert!(
+        source.iter().all(|h| *h == source[0]),
+        "members diverge: {source:?}"
+    );
 
     // etcdctl snapshot save: the stream, concatenated.
     let mut stream = maintenance(&c, 1)
@@ -77,7 +80,11 @@ async fn a_snapshot_restores_into_a_new_cluster_with_the_same_hashkv() -> TestRe
         last_remaining = msg.remaining_bytes;
     }
     assert_eq!(last_remaining, 0);
-    assert_eq!(file.len() % 512, 32, "a 512-byte-paged body and a SHA-256 trailer");
+    assert_eq!(
+        file.len() % 512,
+        32,
+        "a 512-byte-paged body and a SHA-256 trailer"
+    );
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("snap.db");
     std::fs::write(&path, &file)?;
@@ -89,19 +96,34 @@ async fn a_snapshot_restores_into_a_new_cluster_with_the_same_hashkv() -> TestRe
             .arg("snapshot")
             .arg("restore")
             .arg(&path)
-            .args(["--name", &name, "--initial-cluster", &restored.initial_cluster()])
+            .args([
+                "--name",
+                &name,
+                "--initial-cluster",
+                &restored.initial_cluster(),
+            ])
             .args(["--initial-advertise-peer-urls", &peer_url, "--data-dir"])
             .arg(restored.data_dir(i)?)
             .output()?;
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_concord"))
         .args(["snapshot", "status", "-w", "json"])
         .arg(&path)
         .output()?;
     let status = String::from_utf8_lossy(&status.stdout).into_owned();
-    assert!(status.contains(&format!("\"hash\":{}", source[0])), "{status}");
-    assert!(status.contains(&format!("\"revision\":{revision}")), "{status}");
+    assert!(
+        status.contains(&format!("\"hash\":{}", source[0])),
+        "{status}"
+    );
+    assert!(
+        status.contains(&format!("\"revision\":{revision}")),
+        "{status}"
+    );
     for i in 0..3 {
         restored.spawn(i)?;
     }
@@ -146,12 +168,18 @@ async fn nospace_under_a_tiny_quota_until_compact_defrag_and_disarm() -> TestRes
     }
     let refused = refused.ok_or("the quota never refused a write")?;
     assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
-    assert_eq!(refused.message(), "etcdserver: mvcc: database space exceeded");
+    assert_eq!(
+        refused.message(),
+        "etcdserver: mvcc: database space exceeded"
+    );
 
     let mut m = maintenance(&c, 0).await?;
     let status = m.status(StatusRequest {}).await?.into_inner();
     let member_id = status.header.map_or(0, |h| h.member_id);
-    assert_eq!(status.errors, vec![format!("memberID:{member_id} alarm:NOSPACE ")]);
+    assert_eq!(
+        status.errors,
+        vec![format!("memberID:{member_id} alarm:NOSPACE ")]
+    );
     let alarms = m
         .alarm(AlarmRequest {
             action: AlarmAction::Get as i32,
@@ -192,7 +220,12 @@ async fn nospace_under_a_tiny_quota_until_compact_defrag_and_disarm() -> TestRes
         .alarms;
     assert_eq!(disarmed, vec![nospace]);
     put(&c, 0, "small", "1").await?;
-    assert!(m.status(StatusRequest {}).await?.into_inner().errors.is_empty());
+    assert!(m
+        .status(StatusRequest {})
+        .await?
+        .into_inner()
+        .errors
+        .is_empty());
     Ok(())
 }
 
@@ -237,5 +270,40 @@ async fn move_leader_hands_leadership_to_the_chosen_member() -> TestResult {
     let revision = put(&c, leader, "after", "2").await?;
     let all = hashes(&c, &[0, 1, 2], revision).await?;
     assert!(all.iter().all(|h| *h == all[0]), "members diverge: {all:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn periodic_auto_compaction_keeps_only_the_retention_window() -> TestResult {
+    let c = Cluster::start_with(
+        1,
+        &[
+            "--auto-compaction-mode",
+            "periodic",
+            "--auto-compaction-retention",
+            "1s",
+        ],
+    )?;
+    c.wait_leader(Duration::from_secs(10)).await?;
+    let first = put(&c, 0, "k", "1").await?;
+    put(&c, 0, "k", "2").await?;
+    let mut kv = c.kv(0).await?;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let old = kv
+            .range(concord::pb::etcdserverpb::RangeRequest {
+                key: b"k".to_vec(),
+                revision: first,
+                ..Default::default()
+            })
+            .await;
+        match old {
+            Err(e) if e.message() == "etcdserver: mvcc: required revision has been compacted" => {
+                break
+            }
+            _ if Instant::now() > deadline => return Err("history never compacted".into()),
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
     Ok(())
 }
