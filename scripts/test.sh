@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: formatting and lints, unit and integration tests (real processes, a 3-member
 # cluster with kill -9), the differential etcdctl tests against reference etcd 3.5.1 with
-# etcdctl 3.5 and 3.4, on one member and on three, and the fault suite's short mode (every
+# etcdctl 3.5 and 3.4, on one member and on three, the operator commands on three members, and the fault suite's short mode (every
 # fault kind against a 3-member cluster in network namespaces; needs root). Installs what it
 # needs by itself.
 set -euo pipefail
@@ -17,5 +17,8 @@ ctls=(--etcdctl "$ref/etcdctl")
 scripts/fencing-example.sh
 python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 1 "${ctls[@]}"
 python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 3 "${ctls[@]}"
+# Operator commands (member, endpoint, alarm, defrag, snapshot, move-leader) on 3 members each.
+python3 etcdctl-tests/opstest.py --server target/debug/concord --etcd-dir "$ref"
+[[ -x /usr/bin/etcdctl ]] && python3 etcdctl-tests/opstest.py --server target/debug/concord --etcd-dir "$ref" --etcdctl /usr/bin/etcdctl
 # Fault injection: kill -9, SIGSTOP, partitions, full crash, slow disk; histories checked.
 target/debug/concord-faults --mode short

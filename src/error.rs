@@ -108,6 +108,9 @@ pub enum Error {
     /// The member found its data diverged from the cluster's (the CORRUPT alarm).
     #[error("corrupt cluster")]
     Corrupt,
+    /// A membership change that would leave fewer started voters than a quorum.
+    #[error("re-configuration failed due to not enough started members")]
+    MemberNotEnoughStarted,
     /// MoveLeader did not complete in time.
     #[error("request timed out, leader transfer took too long")]
     LeaderTransferTimeout,
@@ -115,7 +118,7 @@ pub enum Error {
 
 impl Error {
     /// Every variant, for tests and for decoding codes.
-    pub const ALL: [Error; 35] = [
+    pub const ALL: [Error; 36] = [
         Error::Compacted,
         Error::FutureRevision,
         Error::EmptyKey,
@@ -151,6 +154,7 @@ impl Error {
         Error::NoSpace,
         Error::Corrupt,
         Error::LeaderTransferTimeout,
+        Error::MemberNotEnoughStarted,
     ];
 
     /// The stable wire code of this error (never 0, which means "no error").

@@ -79,7 +79,7 @@ impl RaftNode {
             .map_err(|_| Error::LeaderTransferTimeout)?
             .map_err(|_| Error::Stopped)?;
         tracing::info!(target = format!("{target:x}"), "transferring leadership");
-        self.quiet.store(true, Ordering::SeqCst);
+        self.links.quiet.store(true, Ordering::SeqCst);
         let transferred = async {
             // openraft's leader lease is the longest election timeout (twice the shortest).
             tokio::time::sleep(self.options.election * 2 + self.options.heartbeat * 2).await;
@@ -101,7 +101,7 @@ impl RaftNode {
         let result = tokio::time::timeout_at(deadline, transferred)
             .await
             .unwrap_or(Err(Error::LeaderTransferTimeout));
-        self.quiet.store(false, Ordering::SeqCst);
+        self.links.quiet.store(false, Ordering::SeqCst);
         result
     }
 }

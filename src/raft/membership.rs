@@ -27,6 +27,9 @@ pub const REMOVED_MESSAGE: &str = "the member has been permanently removed from 
 /// etcd's rule for promoting a learner: its log matches at least this share of the leader's.
 const PROMOTE_READY_SHARE: f64 = 0.9;
 
+/// A peer that answered within this long counts as active (etcd's `HealthInterval`).
+const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+
 /// The most learners etcd 3.5 allows at once.
 const MAX_LEARNERS: usize = 1;
 
@@ -123,7 +126,7 @@ impl RaftNode {
 
     /// Becomes true when this member learns it was removed; the server then stops.
     pub fn removed(&self) -> tokio::sync::watch::Receiver<bool> {
-        self.removed.subscribe()
+        self.links.removed.subscribe()
     }
 
     /// Publishes this member's name and client URLs through the log, once it is a member and
@@ -137,7 +140,7 @@ impl RaftNode {
                 client_urls,
             };
             loop {
-                if *node.removed.borrow() {
+                if *node.links.removed.borrow() {
                     return;
                 }
                 let present = node.member_list().iter().any(|m| m.id == node.id);
@@ -220,6 +223,46 @@ impl RaftNode {
         Ok((member, members))
     }
 
+    /// etcd's strict reconfiguration check: a change may not leave the voters (`voters`
+    /// after the change) with fewer started members than a quorum.
+    fn check_started(&self, voters_after: &[Member]) -> Result<()> {
+        let started = voters_after.iter().filter(|m| !m.name.is_empty()).count();
+        let total = voters_after.len();
+        // Growing a single member to two is allowed (etcd: restoring a cluster's data).
+        if started == 1 && total == 2 {
+            return Ok(());
+        }
+        if started < total / 2 + 1 {
+            return Err(Error::MemberNotEnoughStarted);
+        }
+        Ok(())
+    }
+
+    /// Whether this member or peer `id` is active (answered within etcd's health interval).
+    fn is_active(&self, id: u64) -> bool {
+        id == self.id || self.links.reached_within(id, HEALTH_INTERVAL)
+    }
+
+    /// etcd refuses to reconfigure while any voter is out of touch (`unhealthy cluster`).
+    fn check_all_voters_active(&self) -> Result<()> {
+        let all = self
+            .member_list()
+            .iter()
+            .filter(|m| !m.is_learner)
+            .all(|m| self.is_active(m.id));
+        if !all {
+            return Err(Error::Unhealthy);
+        }
+        Ok(())
+    }
+
+    fn voters(&self) -> Vec<Member> {
+        self.member_list()
+            .into_iter()
+            .filter(|m| !m.is_learner)
+            .collect()
+    }
+
     fn find_member(&self, id: u64) -> Result<Member> {
         self.member_list()
             .into_iter()
@@ -263,6 +306,12 @@ impl RaftNode {
         if is_learner && learners >= MAX_LEARNERS {
             return Err(Error::TooManyLearners);
         }
+        if !is_learner {
+            let mut after = self.voters();
+            after.push(Member::default());
+            self.check_started(&after)?;
+        }
+        self.check_all_voters_active()?;
         let id = self.new_member_id(&urls);
         // First as a learner: that entry commits with the current voters alone.
         self.raft
@@ -298,6 +347,17 @@ impl RaftNode {
 
     async fn remove_member(&self, id: u64) -> Result<u64> {
         let member = self.find_member(id)?;
+        if !member.is_learner {
+            let after: Vec<Member> = self.voters().into_iter().filter(|m| m.id != id).collect();
+            self.check_started(&after)?;
+            // Removing a member that is down is safe; otherwise the rest must be a quorum.
+            if self.is_active(id) {
+                let active = after.iter().filter(|m| self.is_active(m.id)).count();
+                if active < after.len() / 2 + 1 {
+                    return Err(Error::Unhealthy);
+                }
+            }
+        }
         let change = if member.is_learner {
             ChangeMembers::RemoveNodes(BTreeSet::from([id]))
         } else {
@@ -325,9 +385,13 @@ impl RaftNode {
     }
 
     async fn promote_member(&self, id: u64) -> Result<u64> {
-        if !self.find_member(id)?.is_learner {
+        let learner = self.find_member(id)?;
+        if !learner.is_learner {
             return Err(Error::MemberNotLearner);
         }
+        let mut after = self.voters();
+        after.push(learner);
+        self.check_started(&after)?;
         let metrics = self.raft.metrics().borrow().clone();
         let leader_match = metrics.last_log_index.unwrap_or(0);
         let learner_match = metrics

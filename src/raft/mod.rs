@@ -91,10 +91,8 @@ pub struct RaftNode {
     checkpoint_gate: tokio::sync::RwLock<()>,
     /// Serializes membership changes on the leader (openraft takes one at a time).
     membership_lock: tokio::sync::Mutex<()>,
-    /// Set once this member learns it was removed from the cluster.
-    removed: Arc<tokio::sync::watch::Sender<bool>>,
-    /// While set, the leader sends no appends or heartbeats (leadership transfer).
-    quiet: Arc<std::sync::atomic::AtomicBool>,
+    /// Shared with the transport: removal, quiet mode, peers' last contact.
+    links: Arc<network::Links>,
     /// The state machine's latest snapshot file.
     snapshot_path: std::path::PathBuf,
 }
@@ -115,7 +113,7 @@ impl RaftNode {
         let hub = WatchHub::new(mvcc.current_revision());
         crate::watch::sync::spawn(hub.clone(), mvcc.clone(), options.progress_interval);
         let removed = Arc::new(tokio::sync::watch::Sender::new(false));
-        let quiet = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let links = Arc::new(network::Links::new(cluster_id, removed.clone()));
         let sm = StateMachine::open(
             id,
             storage.clone(),
@@ -142,7 +140,7 @@ impl RaftNode {
         let raft = Raft::new(
             id,
             config,
-            NetworkFactory::new(cluster_id, removed.clone(), quiet.clone()),
+            NetworkFactory::new(links.clone()),
             log,
             sm,
         )
@@ -167,8 +165,7 @@ impl RaftNode {
             lessor,
             checkpoint_gate: tokio::sync::RwLock::new(()),
             membership_lock: tokio::sync::Mutex::new(()),
-            removed,
-            quiet,
+            links,
             snapshot_path: state_machine::snapshot_path(data_dir),
         });
         node.start_lease_expiry();

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
@@ -37,23 +37,57 @@ pub fn peer_channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
         .connect_lazy())
 }
 
+/// What the transport shares with the rest of the member.
+pub struct Links {
+    /// This member's cluster: sent with every Raft message, checked by the receiver.
+    pub cluster_id: u64,
+    /// Raised when a peer refuses this member as removed from the cluster.
+    pub removed: Arc<watch::Sender<bool>>,
+    /// While set, no appends or heartbeats go out (leadership transfer).
+    pub quiet: AtomicBool,
+    /// When each peer last answered a Raft message.
+    contacts: std::sync::Mutex<std::collections::HashMap<u64, Instant>>,
+}
+
+impl Links {
+    /// Links of a member of `cluster_id`.
+    pub fn new(cluster_id: u64, removed: Arc<watch::Sender<bool>>) -> Self {
+        Links {
+            cluster_id,
+            removed,
+            quiet: AtomicBool::new(false),
+            contacts: std::sync::Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    /// Whether peer `id` answered a Raft message within `within` (etcd's "active" peers).
+    pub fn reached_within(&self, id: u64, within: Duration) -> bool {
+        let contacts = match self.contacts.lock() {
+            Ok(c) => c,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        contacts.get(&id).is_some_and(|t| t.elapsed() <= within)
+    }
+
+    fn touch(&self, id: u64) {
+        let mut contacts = match self.contacts.lock() {
+            Ok(c) => c,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        contacts.insert(id, Instant::now());
+    }
+}
+
 /// Builds one [`PeerClient`] per target member.
 #[derive(Clone)]
 pub struct NetworkFactory {
-    cluster_id: u64,
-    removed: Arc<watch::Sender<bool>>,
-    quiet: Arc<AtomicBool>,
+    links: Arc<Links>,
 }
 
 impl NetworkFactory {
-    /// A factory for members of `cluster_id` whose clients raise `removed` when a peer refuses
-    /// this member as removed, and send no appends while `quiet` is set.
-    pub fn new(cluster_id: u64, removed: Arc<watch::Sender<bool>>, quiet: Arc<AtomicBool>) -> Self {
-        NetworkFactory {
-            cluster_id,
-            removed,
-            quiet,
-        }
+    /// A factory whose clients share `links`.
+    pub fn new(links: Arc<Links>) -> Self {
+        NetworkFactory { links }
     }
 }
 
@@ -70,9 +104,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             target,
             client: peer_channel(&addr).ok().map(RaftPeerClient::new),
             addr,
-            cluster_id: self.cluster_id,
-            removed: self.removed.clone(),
-            quiet: self.quiet.clone(),
+            links: self.links.clone(),
         }
     }
 }
@@ -82,9 +114,7 @@ pub struct PeerClient {
     target: u64,
     addr: String,
     client: Option<RaftPeerClient<Channel>>,
-    cluster_id: u64,
-    removed: Arc<watch::Sender<bool>>,
-    quiet: Arc<AtomicBool>,
+    links: Arc<Links>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -103,7 +133,7 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        if matches!(method, Method::Append) && self.quiet.load(Ordering::SeqCst) {
+        if matches!(method, Method::Append) && self.links.quiet.load(Ordering::SeqCst) {
             let e = TransportError("quiet: leadership transfer in progress".into());
             return Err(RPCError::Unreachable(Unreachable::new(&e)));
         }
@@ -114,7 +144,7 @@ impl PeerClient {
         let data = bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let mut request = tonic::Request::new(RaftPayload { data });
         request.set_timeout(option.hard_ttl());
-        if let Ok(v) = format!("{:x}", self.cluster_id).parse() {
+        if let Ok(v) = format!("{:x}", self.links.cluster_id).parse() {
             request.metadata_mut().insert(CLUSTER_ID_KEY, v);
         }
         let reply = match method {
@@ -126,8 +156,11 @@ impl PeerClient {
             if s.code() == tonic::Code::FailedPrecondition && s.message() == super::REMOVED_MESSAGE
             {
                 tracing::error!(peer = self.target, "{}", super::REMOVED_MESSAGE);
-                self.removed.send_replace(true);
+                self.links.removed.send_replace(true);
             }
+        }
+        if reply.is_ok() {
+            self.links.touch(self.target);
         }
         let reply = reply.map_err(|s| {
             let e = TransportError(format!("{}: {}", s.code(), s.message()));

@@ -80,6 +80,10 @@ pub fn code_and_message(e: Error) -> (Code, &'static str) {
             "etcdserver: mvcc: database space exceeded",
         ),
         Error::Corrupt => (Code::DataLoss, "etcdserver: corrupt cluster"),
+        Error::MemberNotEnoughStarted => (
+            Code::FailedPrecondition,
+            "etcdserver: re-configuration failed due to not enough started members",
+        ),
         // Not in etcd's gRPC error table: it reaches clients as Unknown with its text.
         Error::LeaderTransferTimeout => (
             Code::Unknown,
