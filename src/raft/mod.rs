@@ -137,15 +137,9 @@ impl RaftNode {
             ..Default::default()
         };
         let config = Arc::new(config.validate().map_err(|e| StorageError(e.to_string()))?);
-        let raft = Raft::new(
-            id,
-            config,
-            NetworkFactory::new(links.clone()),
-            log,
-            sm,
-        )
-        .await
-        .map_err(|e| StorageError(e.to_string()))?;
+        let raft = Raft::new(id, config, NetworkFactory::new(links.clone()), log, sm)
+            .await
+            .map_err(|e| StorageError(e.to_string()))?;
         let peers = Arc::new(network::PeerChannels::default());
         let proposals = propose::Batcher::start(raft.clone(), options.max_request_bytes);
         let reads =
