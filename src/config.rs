@@ -66,6 +66,9 @@ pub struct Config {
     /// Maximum client request size in bytes the server will accept.
     #[arg(long, env = "ETCD_MAX_REQUEST_BYTES", default_value_t = 1_572_864)]
     pub max_request_bytes: usize,
+    /// Extra URLs to serve `/metrics` and `/health` on (plain HTTP), besides the client URLs.
+    #[arg(long, env = "ETCD_LISTEN_METRICS_URLS", default_value = "")]
+    pub listen_metrics_urls: String,
     /// Raise the NOSPACE alarm when the backend size exceeds this many bytes (0: etcd's default
     /// of 2 GiB).
     #[arg(long, env = "ETCD_QUOTA_BACKEND_BYTES", default_value_t = 0)]

@@ -204,6 +204,24 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
             }
         }));
     }
+    for listener in bind_all(&cfg.listen_metrics_urls).await? {
+        // The HTTP endpoints alone; gRPC health is the only service behind them.
+        let (_, health_svc) = tonic_health::server::health_reporter();
+        let shutdown = stopped(stop_rx.clone());
+        let http_node = node.clone();
+        tasks.push(tokio::spawn(async move {
+            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+            if let Err(e) = Server::builder()
+                .accept_http1(true)
+                .layer(crate::rpc::http::layer(http_node))
+                .add_service(health_svc)
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+            {
+                tracing::error!(error = %e, "metrics server failed");
+            }
+        }));
+    }
     tracing::info!(
         name = %cfg.name,
         member_id = format!("{id:x}"),

@@ -1,6 +1,7 @@
-//! Plain HTTP on the client port, beside gRPC, as etcd serves it: `/metrics` (Prometheus),
-//! `/health` (etcd's JSON, with `?serializable=true`), `/version`, `/livez` and `/readyz`. A tower layer answers these paths and
-//! passes everything else to the gRPC services, except what a learner must refuse.
+//! Plain HTTP on the client port (and on `--listen-metrics-urls`), beside gRPC, as etcd serves
+//! it: `/metrics` (Prometheus), `/health` (etcd's JSON, with `?serializable=true` and
+//! `?exclude=<alarm>`), `/version`, `/livez` and `/readyz`. A tower layer answers these paths
+//! and passes everything else to the gRPC services, except what a learner must refuse.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -14,6 +15,7 @@ use tonic::body::Body;
 use tower::Service;
 
 use crate::metrics;
+use crate::pb::etcdserverpb::AlarmType;
 use crate::raft::RaftNode;
 
 /// Wraps the gRPC router with the HTTP endpoints.
@@ -40,12 +42,22 @@ fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Body>
     resp
 }
 
-/// etcd's `/health`: unhealthy without a leader, or (unless `?serializable=true`, as kubeadm's
-/// probes ask) when a linearizable read does not complete within a second, as etcd 3.5 checks.
-/// Concord raises no alarms yet, so etcd's `?exclude=<alarm>` has nothing to exclude.
+/// etcd's `/health`, checked in etcd 3.5's order: unhealthy with a raised alarm (unless
+/// `?exclude=NOSPACE` / `?exclude=CORRUPT`), without a leader, or (unless `?serializable=true`,
+/// as kubeadm's probes ask) when a linearizable read does not complete within a second.
 async fn health(node: &RaftNode, query: &str) -> Response<Body> {
     let serializable = query.split('&').any(|pair| pair == "serializable=true");
-    let reason = if node.leader().is_none() {
+    let excluded: Vec<&str> = query
+        .split('&')
+        .filter_map(|pair| pair.strip_prefix("exclude="))
+        .collect();
+    let alarm = node.mvcc().alarms().into_iter().find_map(|(_, a)| {
+        let name = AlarmType::try_from(a).map_or("UNKNOWN", |t| t.as_str_name());
+        (!excluded.contains(&name)).then(|| format!("ALARM {name}"))
+    });
+    let reason = if alarm.is_some() {
+        alarm
+    } else if node.leader().is_none() {
         Some("RAFT NO LEADER".to_string())
     } else if serializable {
         None

@@ -35,6 +35,18 @@ pub async fn grant(c: &Cluster, member: usize, ttl: i64) -> TestResult<i64> {
     Ok(resp.id)
 }
 
+/// GETs `path` over plain HTTP/1.1 from 127.0.0.1:`port`; returns the body.
+pub async fn http_get(port: u16, path: &str) -> TestResult<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    conn.write_all(req.as_bytes()).await?;
+    let mut raw = String::new();
+    conn.read_to_string(&mut raw).await?;
+    let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    Ok(body.to_string())
+}
+
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> TestResult<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
@@ -232,15 +244,8 @@ impl Cluster {
 
     /// GETs `path` over plain HTTP/1.1 from member `i`'s client port; returns the body.
     pub async fn http_get(&self, i: usize, path: &str) -> TestResult<String> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let s = self.specs.get(i).ok_or("no such member")?;
-        let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", s.client_port)).await?;
-        let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-        conn.write_all(req.as_bytes()).await?;
-        let mut raw = String::new();
-        conn.read_to_string(&mut raw).await?;
-        let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-        Ok(body.to_string())
+        http_get(s.client_port, path).await
     }
 
     /// The client URL of member `i`.

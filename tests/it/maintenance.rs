@@ -11,7 +11,7 @@ use concord::pb::etcdserverpb::{
 };
 use tonic::transport::Channel;
 
-use crate::cluster::{grant, put, Cluster, TestResult};
+use crate::cluster::{grant, http_get, put, Cluster, TestResult};
 
 async fn maintenance(c: &Cluster, i: usize) -> TestResult<MaintenanceClient<Channel>> {
     Ok(MaintenanceClient::connect(c.client_url(i)?).await?)
@@ -137,7 +137,17 @@ async fn a_snapshot_restores_into_a_new_cluster_with_the_same_hashkv() -> TestRe
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nospace_under_a_tiny_quota_until_compact_defrag_and_disarm() -> TestResult {
-    let c = Cluster::start_with(1, &["--quota-backend-bytes", "200000"])?;
+    let metrics_port = crate::cluster::free_port()?;
+    let metrics_url = format!("http://127.0.0.1:{metrics_port}");
+    let c = Cluster::start_with(
+        1,
+        &[
+            "--quota-backend-bytes",
+            "200000",
+            "--listen-metrics-urls",
+            &metrics_url,
+        ],
+    )?;
     c.wait_leader(Duration::from_secs(10)).await?;
     let mut kv = c.kv(0).await?;
     // Incompressible values: the quota counts bytes on disk.
@@ -194,6 +204,18 @@ async fn nospace_under_a_tiny_quota_until_compact_defrag_and_disarm() -> TestRes
         alarm: AlarmType::Nospace as i32,
     };
     assert_eq!(alarms, vec![nospace]);
+    // /health reports the alarm unless told to exclude it, on the client and metrics URLs.
+    assert_eq!(
+        c.http_get(0, "/health").await?,
+        r#"{"health":"false","reason":"ALARM NOSPACE"}"#
+    );
+    assert_eq!(
+        http_get(metrics_port, "/health?exclude=NOSPACE").await?,
+        r#"{"health":"true","reason":""}"#
+    );
+    assert!(http_get(metrics_port, "/metrics")
+        .await?
+        .contains("etcd_server_has_leader 1"));
     // Deletes still work; puts do not, even small ones.
     kv.delete_range(DeleteRangeRequest {
         key: b"k3".to_vec(),
