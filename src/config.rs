@@ -102,6 +102,15 @@ pub struct Config {
         value_parser = parse_duration
     )]
     pub lease_checkpoint_interval: Duration,
+    /// How often the leader compares its HashKV with every member's and raises CORRUPT on a
+    /// mismatch (0s: never, etcd's default).
+    #[arg(
+        long = "experimental-corrupt-check-time",
+        env = "ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME",
+        default_value = "0s",
+        value_parser = parse_duration
+    )]
+    pub corrupt_check_time: Duration,
     /// Auto compaction: `periodic` (keep `--auto-compaction-retention` of time) or `revision`
     /// (keep that many revisions).
     #[arg(long, env = "ETCD_AUTO_COMPACTION_MODE", default_value = "periodic")]

@@ -152,12 +152,17 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
     };
     node.publish_attributes(cfg.name.clone(), ctx.client_urls.clone());
     crate::compactor::spawn(node.clone(), retention, stop_rx.clone());
+    node.spawn_corruption_check(cfg.corrupt_check_time, stop_rx.clone());
     let mut removed = node.removed();
     let stop_on_removal = stop.clone();
+    let shutdown = stopped(stop_rx.clone());
     tasks.push(tokio::spawn(async move {
-        if removed.wait_for(|r| *r).await.is_ok() {
-            tracing::error!("{}", crate::raft::REMOVED_MESSAGE);
-            let _ = stop_on_removal.send(true);
+        tokio::select! {
+            r = removed.wait_for(|r| *r) => if r.is_ok() {
+                tracing::error!("{}", crate::raft::REMOVED_MESSAGE);
+                let _ = stop_on_removal.send(true);
+            },
+            () = shutdown => {}
         }
     }));
     let max_recv = cfg.max_request_bytes.saturating_add(GRPC_OVERHEAD_BYTES);

@@ -30,7 +30,17 @@ pub fn apply(w: &mut WriteTxn<'_>, cmd: &Command) -> CommandResult {
         };
     }
     let nospace = w.has_alarm(AlarmType::Nospace as i32);
+    let corrupt = w.has_alarm(AlarmType::Corrupt as i32);
     let outcome = match &cmd.op {
+        // With CORRUPT raised, etcd's corrupt applier refuses every key and lease change.
+        Some(
+            Op::Put(_)
+            | Op::DeleteRange(_)
+            | Op::Txn(_)
+            | Op::Compaction(_)
+            | Op::LeaseGrant(_)
+            | Op::LeaseRevoke(_),
+        ) if corrupt => Err(Error::Corrupt),
         // With NOSPACE raised, etcd's capped applier refuses whatever could grow the store.
         Some(Op::Put(_) | Op::LeaseGrant(_)) if nospace => Err(Error::NoSpace),
         Some(Op::Txn(req)) if nospace && txn_writes(req) => Err(Error::NoSpace),

@@ -150,6 +150,13 @@ impl MvccStore {
         self.state.read().map_or(0, |s| s.compacted)
     }
 
+    /// Whether any member raised alarm `alarm`.
+    pub fn has_alarm(&self, alarm: i32) -> bool {
+        self.state
+            .read()
+            .is_ok_and(|s| s.alarms.iter().any(|(_, a)| *a == alarm))
+    }
+
     /// Every raised alarm: (member id, alarm type).
     pub fn alarms(&self) -> Vec<(u64, i32)> {
         self.state

@@ -17,7 +17,9 @@ use crate::pb::concordpb::{
     MembersReply, MembersRequest, RaftPayload, ReadIndexRequest, ReadIndexResponse,
     TimeoutNowReply, TimeoutNowRequest,
 };
-use crate::pb::etcdserverpb::{LeaseKeepAliveRequest, LeaseTimeToLiveRequest};
+use crate::pb::etcdserverpb::{
+    HashKvRequest, HashKvResponse, LeaseKeepAliveRequest, LeaseTimeToLiveRequest,
+};
 
 /// The `RaftPeer` service of one member.
 pub struct PeerService {
@@ -108,6 +110,22 @@ impl RaftPeer for PeerService {
             },
         };
         Ok(Response::new(reply))
+    }
+
+    async fn hash_kv(
+        &self,
+        req: Request<HashKvRequest>,
+    ) -> Result<Response<HashKvResponse>, Status> {
+        let (hash, compact_revision, _) = self
+            .node
+            .mvcc
+            .hash_kv(req.get_ref().revision)
+            .map_err(crate::rpc::status::status)?;
+        Ok(Response::new(HashKvResponse {
+            header: None,
+            hash,
+            compact_revision,
+        }))
     }
 
     async fn timeout_now(

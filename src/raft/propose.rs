@@ -152,7 +152,7 @@ impl RaftNode {
             return Ok(());
         }
         let nospace = crate::pb::etcdserverpb::AlarmType::Nospace as i32;
-        if self.mvcc.alarms().iter().any(|(_, a)| *a == nospace) {
+        if self.mvcc.has_alarm(nospace) {
             return Err(Error::NoSpace);
         }
         let size = self.storage.state_size() + cmd.encoded_len() as u64;

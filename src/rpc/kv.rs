@@ -31,6 +31,10 @@ impl KvService {
 
     async fn read_range(&self, r: &RangeRequest) -> Result<RangeResponse, Status> {
         validate::range(r).map_err(status)?;
+        let corrupt = crate::pb::etcdserverpb::AlarmType::Corrupt as i32;
+        if self.ctx.node.mvcc().has_alarm(corrupt) {
+            return Err(status(crate::error::Error::Corrupt));
+        }
         if !r.serializable {
             self.ctx.node.read_index().await.map_err(status)?;
         }

@@ -329,3 +329,79 @@ async fn periodic_auto_compaction_keeps_only_the_retention_window() -> TestResul
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_corruption_check_raises_corrupt_when_a_member_diverges() -> TestResult {
+    use prost::Message;
+    let mut c = Cluster::start_with(3, &["--experimental-corrupt-check-time", "300ms"])?;
+    c.wait_leader(Duration::from_secs(10)).await?;
+    let first = put(&c, 0, "k", "original").await?;
+    put(&c, 0, "other", "x").await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let clean = maintenance(&c, 0)
+        .await?
+        .alarm(AlarmRequest::default())
+        .await?
+        .into_inner();
+    assert!(
+        clean.alarms.is_empty(),
+        "alarm on a healthy cluster: {clean:?}"
+    );
+
+    // Tamper with one member's copy of the first write, behind Raft's back.
+    c.terminate(2)?;
+    {
+        let storage = concord::storage::Storage::open(&c.data_dir(2)?)?;
+        let tampered = concord::pb::mvccpb::KeyValue {
+            key: b"k".to_vec(),
+            value: b"tampered".to_vec(),
+            create_revision: first,
+            mod_revision: first,
+            version: 1,
+            lease: 0,
+        };
+        let mut record = vec![b'p'];
+        tampered.encode(&mut record)?;
+        let mut batch = storage.batch();
+        let key = concord::mvcc::Revision::new(first, 0).to_bytes();
+        batch.insert(concord::storage::Space::Kv, &key, &record);
+        batch.commit()?;
+        storage.persist_state()?;
+    }
+    c.spawn(2)?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let alarms = maintenance(&c, 0)
+            .await?
+            .alarm(AlarmRequest::default())
+            .await?
+            .into_inner()
+            .alarms;
+        if alarms.iter().any(|a| a.alarm == AlarmType::Corrupt as i32) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no CORRUPT alarm");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Every read and write is refused now, as in etcd.
+    let refused = put(&c, 0, "k", "new")
+        .await
+        .err()
+        .ok_or("a write went through")?;
+    assert!(
+        refused.to_string().contains("etcdserver: corrupt cluster"),
+        "{refused}"
+    );
+    let read = c
+        .kv(1)
+        .await?
+        .range(concord::pb::etcdserverpb::RangeRequest {
+            key: b"k".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .err()
+        .ok_or("a read went through")?;
+    assert_eq!(read.code(), tonic::Code::DataLoss);
+    Ok(())
+}
