@@ -189,6 +189,8 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
         tasks.push(tokio::spawn(async move {
             let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
             if let Err(e) = Server::builder()
+                // One span per client request, named by its gRPC method or HTTP path.
+                .trace_fn(|req| tracing::debug_span!("request", path = %req.uri().path()))
                 .accept_http1(true)
                 .layer(crate::rpc::http::layer(http_node))
                 .layer(tower::util::MapResponseLayer::new(

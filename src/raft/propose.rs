@@ -121,6 +121,7 @@ impl RaftNode {
     /// # Errors
     /// [`Error::RequestTooLarge`], [`Error::NoLeader`], [`Error::Timeout`], [`Error::Stopped`], or
     /// the error apply returned.
+    #[tracing::instrument(name = "propose", level = "debug", skip_all)]
     pub async fn propose(&self, cmd: Command) -> Result<Outcome> {
         if cmd.encoded_len() > self.options.max_request_bytes {
             return Err(Error::RequestTooLarge);

@@ -154,6 +154,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok((self.applied, self.membership.clone()))
     }
 
+    #[tracing::instrument(name = "apply", level = "debug", skip_all)]
     async fn apply<I>(&mut self, entries: I) -> Result<Vec<CommandResult>, StorageError<u64>>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,

@@ -175,6 +175,7 @@ impl Storage {
     ///
     /// # Errors
     /// When the sync fails.
+    #[tracing::instrument(name = "fsync", level = "debug", skip_all)]
     pub fn persist_log(&self) -> StorageResult<()> {
         self.log_db.persist(PersistMode::SyncData)?;
         Ok(())
