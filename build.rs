@@ -12,11 +12,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/etcd/v3electionpb/v3election.proto",
         "proto/concord/raft.proto",
     ];
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    let descriptors = out.join("descriptors.bin");
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
         .generate_default_stubs(true)
+        .file_descriptor_set_path(&descriptors)
         .compile_protos(&files, &["proto"])?;
+    // JSON for the gRPC gateway (`/v3/...`), as etcd's gateway writes it: proto field names,
+    // int64 as strings, bytes as base64, defaults omitted.
+    pbjson_build::Builder::new()
+        .register_descriptors(&std::fs::read(&descriptors)?)?
+        .preserve_proto_field_names()
+        .build(&[
+            ".etcdserverpb",
+            ".mvccpb",
+            ".authpb",
+            ".v3lockpb",
+            ".v3electionpb",
+        ])?;
     for f in files {
         println!("cargo:rerun-if-changed={f}");
     }

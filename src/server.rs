@@ -169,6 +169,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
     let mut client_addrs = Vec::new();
     for listener in bind_all(&cfg.listen_client_urls).await? {
         client_addrs.push(listener.local_addr()?);
+        let gateway = crate::rpc::gateway::Gateway::new(listener.local_addr()?)?;
         let (health, health_svc) = tonic_health::server::health_reporter();
         health
             .set_service_status("", tonic_health::ServingStatus::Serving)
@@ -192,7 +193,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
                 // One span per client request, named by its gRPC method or HTTP path.
                 .trace_fn(|req| tracing::debug_span!("request", path = %req.uri().path()))
                 .accept_http1(true)
-                .layer(crate::rpc::http::layer(http_node))
+                .layer(crate::rpc::http::layer(http_node, Some(gateway)))
                 .layer(tower::util::MapResponseLayer::new(
                     crate::rpc::limits::grpc_go_size_errors,
                 ))
@@ -220,7 +221,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
             let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
             if let Err(e) = Server::builder()
                 .accept_http1(true)
-                .layer(crate::rpc::http::layer(http_node))
+                .layer(crate::rpc::http::layer(http_node, None))
                 .add_service(health_svc)
                 .serve_with_incoming_shutdown(incoming, shutdown)
                 .await

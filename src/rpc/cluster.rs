@@ -3,10 +3,11 @@
 
 use tonic::{Request, Response, Status};
 
-use super::{current_header, status, Context};
+use super::{fill_header, status, Context};
 use crate::pb::concordpb::member_change::Change;
 use crate::pb::concordpb::MemberChange;
 use crate::pb::etcdserverpb::cluster_server::Cluster;
+use crate::pb::etcdserverpb::ResponseHeader;
 use crate::pb::etcdserverpb::{
     Member, MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse,
     MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse,
@@ -41,6 +42,13 @@ impl ClusterService {
         members
     }
 
+    /// etcd's Cluster answers carry no revision: cluster, member and term only.
+    fn header(&self) -> Option<ResponseHeader> {
+        let mut header = None;
+        fill_header(&self.ctx.node, &mut header);
+        header
+    }
+
     async fn change(&self, change: Change) -> Result<(Member, Vec<Member>), Status> {
         self.ctx
             .node
@@ -60,7 +68,7 @@ impl Cluster for ClusterService {
     ) -> Result<Response<MemberAddResponse>, Status> {
         let (member, members) = self.change(Change::Add(req.into_inner())).await?;
         Ok(Response::new(MemberAddResponse {
-            header: current_header(&self.ctx.node),
+            header: self.header(),
             member: Some(member),
             members,
         }))
@@ -72,7 +80,7 @@ impl Cluster for ClusterService {
     ) -> Result<Response<MemberRemoveResponse>, Status> {
         let (_, members) = self.change(Change::Remove(req.into_inner())).await?;
         Ok(Response::new(MemberRemoveResponse {
-            header: current_header(&self.ctx.node),
+            header: self.header(),
             members,
         }))
     }
@@ -83,7 +91,7 @@ impl Cluster for ClusterService {
     ) -> Result<Response<MemberUpdateResponse>, Status> {
         let (_, members) = self.change(Change::Update(req.into_inner())).await?;
         Ok(Response::new(MemberUpdateResponse {
-            header: current_header(&self.ctx.node),
+            header: self.header(),
             members,
         }))
     }
@@ -96,7 +104,7 @@ impl Cluster for ClusterService {
             self.ctx.node.read_index().await.map_err(status::status)?;
         }
         Ok(Response::new(MemberListResponse {
-            header: current_header(&self.ctx.node),
+            header: self.header(),
             members: self.members(),
         }))
     }
@@ -107,7 +115,7 @@ impl Cluster for ClusterService {
     ) -> Result<Response<MemberPromoteResponse>, Status> {
         let (_, members) = self.change(Change::Promote(req.into_inner())).await?;
         Ok(Response::new(MemberPromoteResponse {
-            header: current_header(&self.ctx.node),
+            header: self.header(),
             members,
         }))
     }

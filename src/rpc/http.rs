@@ -1,7 +1,8 @@
 //! Plain HTTP on the client port (and on `--listen-metrics-urls`), beside gRPC, as etcd serves
 //! it: `/metrics` (Prometheus), `/health` (etcd's JSON, with `?serializable=true` and
-//! `?exclude=<alarm>`), `/version`, `/livez` and `/readyz`. A tower layer answers these paths
-//! and passes everything else to the gRPC services, except what a learner must refuse.
+//! `?exclude=<alarm>`), `/version`, `/livez` and `/readyz`, and the JSON gateway (`/v3/...`,
+//! see `gateway`). A tower layer answers these paths and passes everything else to the gRPC
+//! services, except what a learner must refuse.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -14,6 +15,7 @@ use http_body_util::Full;
 use tonic::body::Body;
 use tower::Service;
 
+use super::gateway::Gateway;
 use crate::metrics;
 use crate::pb::etcdserverpb::AlarmType;
 use crate::raft::RaftNode;
@@ -23,13 +25,18 @@ use crate::raft::RaftNode;
 pub struct HttpEndpoints<S> {
     inner: S,
     node: Arc<RaftNode>,
+    gateway: Option<Gateway>,
 }
 
-/// The layer that adds [`HttpEndpoints`].
-pub fn layer<S>(node: Arc<RaftNode>) -> impl tower::Layer<S, Service = HttpEndpoints<S>> + Clone {
+/// The layer that adds [`HttpEndpoints`], and the JSON gateway when given one.
+pub fn layer<S>(
+    node: Arc<RaftNode>,
+    gateway: Option<Gateway>,
+) -> impl tower::Layer<S, Service = HttpEndpoints<S>> + Clone {
     tower::layer::layer_fn(move |inner| HttpEndpoints {
         inner,
         node: node.clone(),
+        gateway: gateway.clone(),
     })
 }
 
@@ -137,6 +144,19 @@ where
         if is_grpc && self.node.is_learner() && !LEARNER_RPCS.contains(&req.uri().path()) {
             let refused = super::status::status(crate::error::Error::NotSupportedForLearner);
             return Box::pin(async move { Ok(refused.into_http()) });
+        }
+        if let Some(gateway) = self.gateway.clone().filter(|_| !is_grpc) {
+            if req.method() == http::Method::POST && Gateway::handles(req.uri().path()) {
+                return Box::pin(async move {
+                    use http_body_util::BodyExt;
+                    let path = req.uri().path().to_string();
+                    let body = match req.into_body().collect().await {
+                        Ok(b) => b.to_bytes(),
+                        Err(_) => Bytes::new(),
+                    };
+                    Ok(gateway.handle(&path, body).await)
+                });
+            }
         }
         if !is_grpc && req.uri().path() == "/health" {
             let node = self.node.clone();

@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod election;
+pub mod gateway;
 pub mod http;
 pub mod kv;
 pub mod lease;

@@ -2,6 +2,7 @@
 
 mod cluster;
 mod election;
+mod gateway;
 mod kv_cluster;
 mod kv_single;
 mod lease;
