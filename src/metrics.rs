@@ -2,8 +2,10 @@
 //! `/metrics`. Counters and histograms are process-wide atomics updated on the hot paths;
 //! gauges are read from the member's state when scraped.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// A histogram with fixed upper bounds (seconds), as Prometheus expects: cumulative buckets.
@@ -39,15 +41,24 @@ impl Histogram {
 
     fn render(&self, out: &mut String, name: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        self.render_series(out, name, "");
+    }
+
+    /// The series of one histogram with `labels` (`a="x",` form, possibly empty).
+    fn render_series(&self, out: &mut String, name: &str, labels: &str) {
         let mut cumulative = 0;
         for (bound, count) in self.bounds.iter().zip(&self.counts) {
             cumulative += count.load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+            let _ = writeln!(out, "{name}_bucket{{{labels}le=\"{bound}\"}} {cumulative}");
         }
         let total = self.total.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {total}");
+        let _ = writeln!(out, "{name}_bucket{{{labels}le=\"+Inf\"}} {total}");
         let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {total}");
+        let plain = labels.trim_end_matches(',');
+        let _ = writeln!(
+            out,
+            "{name}_sum{{{plain}}} {sum}\n{name}_count{{{plain}}} {total}"
+        );
     }
 }
 
@@ -61,6 +72,82 @@ const DISK_BUCKETS: &[f64] = &[
 pub static WAL_FSYNC: Histogram = Histogram::new(DISK_BUCKETS);
 /// `etcd_disk_backend_commit_duration_seconds`: state-machine batch commits.
 pub static BACKEND_COMMIT: Histogram = Histogram::new(DISK_BUCKETS);
+/// `etcd_server_leader_changes_seen_total`.
+pub static LEADER_CHANGES: AtomicU64 = AtomicU64::new(0);
+/// `etcd_network_peer_round_trip_time_seconds`, by peer: Raft message round trips.
+static PEER_RTT: Mutex<BTreeMap<u64, Histogram>> = Mutex::new(BTreeMap::new());
+/// gRPC server counters by method path (`/etcdserverpb.KV/Range`): started, handled by code.
+static GRPC: Mutex<BTreeMap<String, GrpcCounts>> = Mutex::new(BTreeMap::new());
+
+/// What `/metrics` reports of one gRPC method.
+#[derive(Default)]
+struct GrpcCounts {
+    started: u64,
+    handled: BTreeMap<&'static str, u64>,
+}
+
+/// etcd's network histogram buckets: 0.1 ms doubling to about 0.8 s.
+const NETWORK_BUCKETS: &[f64] = &[
+    0.0001, 0.0002, 0.0004, 0.0008, 0.0016, 0.0032, 0.0064, 0.0128, 0.0256, 0.0512, 0.1024, 0.2048,
+    0.4096, 0.8192,
+];
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// Records one Raft message round trip to peer `to`.
+pub fn observe_peer_rtt(to: u64, d: Duration) {
+    locked(&PEER_RTT)
+        .entry(to)
+        .or_insert_with(|| Histogram::new(NETWORK_BUCKETS))
+        .observe(d);
+}
+
+/// Records a gRPC call starting (`code` None) or handled with `code`, for a `path` such as
+/// `/etcdserverpb.KV/Range`.
+pub fn record_grpc(path: &str, code: Option<&'static str>) {
+    let mut all = locked(&GRPC);
+    let counts = match all.get_mut(path) {
+        Some(c) => c,
+        None => all.entry(path.to_string()).or_default(),
+    };
+    match code {
+        None => counts.started += 1,
+        Some(c) => *counts.handled.entry(c).or_default() += 1,
+    }
+}
+
+/// The name grpc-go gives a status code (`grpc_code` label values).
+pub fn grpc_code_name(code: i32) -> &'static str {
+    const NAMES: [&str; 17] = [
+        "OK",
+        "Canceled",
+        "Unknown",
+        "InvalidArgument",
+        "DeadlineExceeded",
+        "NotFound",
+        "AlreadyExists",
+        "PermissionDenied",
+        "ResourceExhausted",
+        "FailedPrecondition",
+        "Aborted",
+        "OutOfRange",
+        "Unimplemented",
+        "Internal",
+        "Unavailable",
+        "DataLoss",
+        "Unauthenticated",
+    ];
+    usize::try_from(code)
+        .ok()
+        .and_then(|i| NAMES.get(i).copied())
+        .unwrap_or("Unknown")
+}
+
 /// `etcd_server_proposals_failed_total`.
 pub static PROPOSALS_FAILED: AtomicU64 = AtomicU64::new(0);
 /// `etcd_debugging_mvcc_watch_stream_total`: open watch streams.
@@ -176,7 +263,51 @@ pub fn render(s: &Snapshot) -> String {
         "etcd_disk_backend_commit_duration_seconds",
         "The latency distributions of commit called by backend.",
     );
+    let _ = writeln!(
+        out,
+        "# HELP etcd_server_leader_changes_seen_total The number of leader changes seen.\n# TYPE etcd_server_leader_changes_seen_total counter\netcd_server_leader_changes_seen_total {}",
+        LEADER_CHANGES.load(Ordering::Relaxed)
+    );
+    let rtt = "etcd_network_peer_round_trip_time_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {rtt} Round-Trip-Time histogram between peers\n# TYPE {rtt} histogram"
+    );
+    for (to, h) in locked(&PEER_RTT).iter() {
+        h.render_series(&mut out, rtt, &format!("To=\"{to:x}\","));
+    }
+    render_grpc(&mut out);
     out
+}
+
+/// (type, service, method) of a gRPC method path.
+fn grpc_labels(path: &str) -> (&'static str, &str, &str) {
+    let (service, method) = path
+        .trim_start_matches('/')
+        .split_once('/')
+        .unwrap_or(("unknown", path));
+    let kind = match method {
+        "Watch" | "LeaseKeepAlive" => "bidi_stream",
+        "Snapshot" | "Observe" | "RangeStream" => "server_stream",
+        _ => "unary",
+    };
+    (kind, service, method)
+}
+
+fn render_grpc(out: &mut String) {
+    let all = locked(&GRPC);
+    let _ = writeln!(out, "# HELP grpc_server_started_total Total number of RPCs started on the server.\n# TYPE grpc_server_started_total counter");
+    for (path, c) in all.iter() {
+        let (kind, service, method) = grpc_labels(path);
+        let _ = writeln!(out, "grpc_server_started_total{{grpc_method=\"{method}\",grpc_service=\"{service}\",grpc_type=\"{kind}\"}} {}", c.started);
+    }
+    let _ = writeln!(out, "# HELP grpc_server_handled_total Total number of RPCs completed on the server, regardless of success or failure.\n# TYPE grpc_server_handled_total counter");
+    for (path, c) in all.iter() {
+        let (kind, service, method) = grpc_labels(path);
+        for (code, n) in &c.handled {
+            let _ = writeln!(out, "grpc_server_handled_total{{grpc_code=\"{code}\",grpc_method=\"{method}\",grpc_service=\"{service}\",grpc_type=\"{kind}\"}} {n}");
+        }
+    }
 }
 
 #[cfg(test)]

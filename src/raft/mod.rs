@@ -163,6 +163,7 @@ impl RaftNode {
             snapshot_path: state_machine::snapshot_path(data_dir),
         });
         node.start_lease_expiry();
+        node.count_leader_changes();
         Ok(node)
     }
 
@@ -188,6 +189,24 @@ impl RaftNode {
             tracing::warn!(error = %e, "cluster bootstrap skipped");
         }
         Ok(())
+    }
+
+    /// Counts the leaders this member sees (`etcd_server_leader_changes_seen_total`).
+    fn count_leader_changes(self: &Arc<Self>) {
+        let mut metrics = self.raft.metrics();
+        tokio::spawn(async move {
+            let mut seen = None;
+            while metrics.changed().await.is_ok() {
+                let leader = metrics.borrow().current_leader;
+                if leader.is_some() && leader != seen {
+                    crate::metrics::LEADER_CHANGES
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                if leader.is_some() {
+                    seen = leader;
+                }
+            }
+        });
     }
 
     /// The MVCC store of this member.

@@ -147,6 +147,7 @@ impl PeerClient {
         if let Ok(v) = format!("{:x}", self.links.cluster_id).parse() {
             request.metadata_mut().insert(CLUSTER_ID_KEY, v);
         }
+        let started = Instant::now();
         let reply = match method {
             Method::Append => client.append_entries(request).await,
             Method::Vote => client.vote(request).await,
@@ -161,6 +162,7 @@ impl PeerClient {
         }
         if reply.is_ok() {
             self.links.touch(self.target);
+            crate::metrics::observe_peer_rtt(self.target, started.elapsed());
         }
         let reply = reply.map_err(|s| {
             let e = TransportError(format!("{}: {}", s.code(), s.message()));

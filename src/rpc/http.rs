@@ -168,6 +168,25 @@ where
                 return Box::pin(async move { Ok(resp) });
             }
         }
-        Box::pin(self.inner.call(req))
+        if !is_grpc {
+            return Box::pin(self.inner.call(req));
+        }
+        // grpc_server_started_total / grpc_server_handled_total: the code is in the response
+        // headers for errors (trailers-only answers), else the call succeeded (streams: as
+        // far as their start).
+        let path = req.uri().path().to_string();
+        metrics::record_grpc(&path, None);
+        let call = self.inner.call(req);
+        Box::pin(async move {
+            let resp = call.await?;
+            let code = resp
+                .headers()
+                .get("grpc-status")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            metrics::record_grpc(&path, Some(metrics::grpc_code_name(code)));
+            Ok(resp)
+        })
     }
 }

@@ -292,6 +292,27 @@ async fn move_leader_hands_leadership_to_the_chosen_member() -> TestResult {
     let revision = put(&c, leader, "after", "2").await?;
     let all = hashes(&c, &[0, 1, 2], revision).await?;
     assert!(all.iter().all(|h| *h == all[0]), "members diverge: {all:?}");
+
+    // The metrics saw it all: two leaders, peer round trips, gRPC calls by method and code.
+    let scrape = |page: String| -> std::collections::BTreeMap<String, f64> {
+        page.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.rsplit_once(' '))
+            .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+            .collect()
+    };
+    let old_leader = scrape(c.http_get(leader, "/metrics").await?);
+    assert!(old_leader["etcd_server_leader_changes_seen_total"] >= 2.0);
+    let rtt = format!("etcd_network_peer_round_trip_time_seconds_count{{To=\"{follower_id:x}\"}}");
+    assert!(old_leader.get(&rtt).is_some_and(|n| *n > 0.0), "no {rtt}");
+    let ok_put = "grpc_server_handled_total{grpc_code=\"OK\",grpc_method=\"Put\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"}";
+    assert!(
+        old_leader.get(ok_put).is_some_and(|n| *n >= 1.0),
+        "no {ok_put}"
+    );
+    let refused = scrape(c.http_get(follower, "/metrics").await?);
+    let refused_move = "grpc_server_handled_total{grpc_code=\"FailedPrecondition\",grpc_method=\"MoveLeader\",grpc_service=\"etcdserverpb.Maintenance\",grpc_type=\"unary\"}";
+    assert_eq!(refused.get(refused_move), Some(&1.0));
     Ok(())
 }
 
