@@ -55,10 +55,12 @@ impl Histogram {
         let _ = writeln!(out, "{name}_bucket{{{labels}le=\"+Inf\"}} {total}");
         let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
         let plain = labels.trim_end_matches(',');
-        let _ = writeln!(
-            out,
-            "{name}_sum{{{plain}}} {sum}\n{name}_count{{{plain}}} {total}"
-        );
+        let braced = if plain.is_empty() {
+            String::new()
+        } else {
+            format!("{{{plain}}}")
+        };
+        let _ = writeln!(out, "{name}_sum{braced} {sum}\n{name}_count{braced} {total}");
     }
 }
 
