@@ -60,7 +60,10 @@ impl Histogram {
         } else {
             format!("{{{plain}}}")
         };
-        let _ = writeln!(out, "{name}_sum{braced} {sum}\n{name}_count{braced} {total}");
+        let _ = writeln!(
+            out,
+            "{name}_sum{braced} {sum}\n{name}_count{braced} {total}"
+        );
     }
 }
 

@@ -19,17 +19,7 @@ use crate::pb::etcdserverpb::{
 
 use super::client::LocalClient;
 
-/// The smallest key after every key starting with `prefix`.
-pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
+pub use crate::storage::prefix_end;
 
 /// The lock key of `lease` under lock `name`.
 pub fn lock_key(name: &[u8], lease: i64) -> Vec<u8> {

@@ -46,7 +46,8 @@ pub mod meta_key {
     pub const ALARM: &[u8] = b"m/alarm/";
 }
 
-/// The key after every key that starts with `prefix` (empty: no end).
+/// The smallest key after every key starting with `prefix`; `[0]` (etcd's "to the end") when
+/// there is none.
 pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
@@ -55,7 +56,7 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
             return end;
         }
     }
-    end
+    vec![0]
 }
 
 /// Raft-meta key of the member identity.
@@ -317,8 +318,12 @@ impl Storage {
         prefix: &[u8],
     ) -> StorageResult<Vec<(Vec<u8>, Vec<u8>)>> {
         let end = prefix_end(prefix);
-        if end.is_empty() {
-            return self.scan(space);
+        if end == [0] {
+            return Ok(self
+                .scan(space)?
+                .into_iter()
+                .filter(|(k, _)| k.starts_with(prefix))
+                .collect());
         }
         self.scan_range(space, prefix, &end)
     }
