@@ -85,11 +85,27 @@ static PEER_RTT: Mutex<BTreeMap<u64, Histogram>> = Mutex::new(BTreeMap::new());
 static GRPC: Mutex<BTreeMap<String, GrpcCounts>> = Mutex::new(BTreeMap::new());
 
 /// What `/metrics` reports of one gRPC method.
-#[derive(Default)]
 struct GrpcCounts {
     started: u64,
     handled: BTreeMap<&'static str, u64>,
+    /// `grpc_server_handling_seconds`: time to the answer (to the start of a stream's).
+    latency: Histogram,
 }
+
+impl Default for GrpcCounts {
+    fn default() -> Self {
+        GrpcCounts {
+            started: 0,
+            handled: BTreeMap::new(),
+            latency: Histogram::new(GRPC_BUCKETS),
+        }
+    }
+}
+
+/// grpc-prometheus' default latency buckets (seconds).
+const GRPC_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 
 /// etcd's network histogram buckets: 0.1 ms doubling to about 0.8 s.
 const NETWORK_BUCKETS: &[f64] = &[
@@ -112,9 +128,9 @@ pub fn observe_peer_rtt(to: u64, d: Duration) {
         .observe(d);
 }
 
-/// Records a gRPC call starting (`code` None) or handled with `code`, for a `path` such as
-/// `/etcdserverpb.KV/Range`.
-pub fn record_grpc(path: &str, code: Option<&'static str>) {
+/// Records a gRPC call starting (`code` None) or handled with `code` after `took`, for a
+/// `path` such as `/etcdserverpb.KV/Range`.
+pub fn record_grpc(path: &str, code: Option<(&'static str, Duration)>) {
     let mut all = locked(&GRPC);
     let counts = match all.get_mut(path) {
         Some(c) => c,
@@ -122,7 +138,10 @@ pub fn record_grpc(path: &str, code: Option<&'static str>) {
     };
     match code {
         None => counts.started += 1,
-        Some(c) => *counts.handled.entry(c).or_default() += 1,
+        Some((c, took)) => {
+            *counts.handled.entry(c).or_default() += 1;
+            counts.latency.observe(took);
+        }
     }
 }
 
@@ -312,6 +331,14 @@ fn render_grpc(out: &mut String) {
         for (code, n) in &c.handled {
             let _ = writeln!(out, "grpc_server_handled_total{{grpc_code=\"{code}\",grpc_method=\"{method}\",grpc_service=\"{service}\",grpc_type=\"{kind}\"}} {n}");
         }
+    }
+    let name = "grpc_server_handling_seconds";
+    let _ = writeln!(out, "# HELP {name} Histogram of response latency (seconds) of gRPC that had been application-level handled by the server.\n# TYPE {name} histogram");
+    for (path, c) in all.iter() {
+        let (kind, service, method) = grpc_labels(path);
+        let labels =
+            format!("grpc_method=\"{method}\",grpc_service=\"{service}\",grpc_type=\"{kind}\",");
+        c.latency.render_series(out, name, &labels);
     }
 }
 

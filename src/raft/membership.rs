@@ -226,7 +226,11 @@ impl RaftNode {
     /// etcd's strict reconfiguration check: a change may not leave the voters (`voters`
     /// after the change) with fewer started members than a quorum.
     fn check_started(&self, voters_after: &[Member]) -> Result<()> {
-        let started = voters_after.iter().filter(|m| !m.name.is_empty()).count();
+        // Started: published its name (this member, making the change, surely is).
+        let started = voters_after
+            .iter()
+            .filter(|m| !m.name.is_empty() || m.id == self.id)
+            .count();
         let total = voters_after.len();
         // Growing a single member to two is allowed (etcd: restoring a cluster's data).
         if started == 1 && total == 2 {

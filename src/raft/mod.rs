@@ -95,6 +95,10 @@ pub struct RaftNode {
     links: Arc<network::Links>,
     /// The state machine's latest snapshot file.
     snapshot_path: std::path::PathBuf,
+    /// The backend size as the space quota last measured it, and when (ms since `started`).
+    quota_size: std::sync::atomic::AtomicU64,
+    quota_measured_ms: std::sync::atomic::AtomicU64,
+    started: std::time::Instant,
 }
 
 impl RaftNode {
@@ -161,6 +165,9 @@ impl RaftNode {
             membership_lock: tokio::sync::Mutex::new(()),
             links,
             snapshot_path: state_machine::snapshot_path(data_dir),
+            quota_size: std::sync::atomic::AtomicU64::new(0),
+            quota_measured_ms: std::sync::atomic::AtomicU64::new(0),
+            started: std::time::Instant::now(),
         });
         node.start_lease_expiry();
         node.count_leader_changes();

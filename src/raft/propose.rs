@@ -156,7 +156,7 @@ impl RaftNode {
         if self.mvcc.has_alarm(nospace) {
             return Err(Error::NoSpace);
         }
-        let size = self.storage.state_size() + cmd.encoded_len() as u64;
+        let size = self.quota_state_size() + cmd.encoded_len() as u64;
         if size <= self.options.quota_bytes {
             return Ok(());
         }
@@ -175,6 +175,20 @@ impl RaftNode {
             tracing::warn!(error = %e, "raising NOSPACE failed");
         }
         Err(Error::NoSpace)
+    }
+
+    /// The backend size for the quota, measured at most every 100 ms (measuring walks every
+    /// table of the state keyspaces: not something to do on every write).
+    fn quota_state_size(&self) -> u64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = self.started.elapsed().as_millis() as u64;
+        if now.saturating_sub(self.quota_measured_ms.load(Relaxed)) >= 100
+            || self.quota_measured_ms.load(Relaxed) == 0
+        {
+            self.quota_size.store(self.storage.state_size(), Relaxed);
+            self.quota_measured_ms.store(now.max(1), Relaxed);
+        }
+        self.quota_size.load(Relaxed)
     }
 
     /// Proposes on this member when it leads, else forwards to the leader it knows. A proposal

@@ -176,6 +176,7 @@ where
         // far as their start).
         let path = req.uri().path().to_string();
         metrics::record_grpc(&path, None);
+        let started = std::time::Instant::now();
         let call = self.inner.call(req);
         Box::pin(async move {
             let resp = call.await?;
@@ -185,7 +186,8 @@ where
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0);
-            metrics::record_grpc(&path, Some(metrics::grpc_code_name(code)));
+            let handled = (metrics::grpc_code_name(code), started.elapsed());
+            metrics::record_grpc(&path, Some(handled));
             Ok(resp)
         })
     }

@@ -80,9 +80,13 @@ async fn wait_value(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grow_from_one_to_three_promote_a_learner_and_remove_the_founder() -> TestResult {
-    let mut c = Cluster::start(1)?;
+    // A short log: the members that join later catch up from a snapshot.
+    let mut c = Cluster::start_with(1, &["--snapshot-count", "20"])?;
     c.wait_leader(Duration::from_secs(10)).await?;
     put(&c, 0, "before", "1").await?;
+    for i in 0..60 {
+        put(&c, 0, &format!("history/{i}"), "x").await?;
+    }
 
     // A voter: added, then started with --initial-cluster-state existing.
     let (m1, url1) = c.add_spec()?;
@@ -102,6 +106,7 @@ async fn grow_from_one_to_three_promote_a_learner_and_remove_the_founder() -> Te
     let list = wait_voters(&c, 0, 2).await?;
     assert!(list.iter().any(|m| m.id == new_member.id && m.name == "m1"));
     wait_value(&c, m1, "before", "1", false).await?;
+    wait_value(&c, m1, "history/59", "x", false).await?;
 
     // A learner: it replicates, serves serializable reads only, then is promoted.
     let (m2, url2) = c.add_spec()?;
