@@ -117,10 +117,14 @@ impl RaftNode {
     /// # Errors
     /// [`Error::Storage`].
     pub fn defragment(&self) -> Result<()> {
-        self.storage.defragment().map_err(|e| {
+        let done = self.storage.defragment().map_err(|e| {
             tracing::error!(error = %e, "defragment failed");
             Error::Storage
-        })
+        });
+        // The space quota measures again on the next write.
+        self.quota_measured_ms
+            .store(0, std::sync::atomic::Ordering::Relaxed);
+        done
     }
 
     /// etcd's `Hash`: a CRC-32C of the whole replicated state (keys with their history,
