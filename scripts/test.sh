@@ -20,5 +20,8 @@ python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref
 # Operator commands (member, endpoint, alarm, defrag, snapshot, move-leader) on 3 members each.
 python3 etcdctl-tests/opstest.py --server target/debug/concord --etcd-dir "$ref"
 [[ -x /usr/bin/etcdctl ]] && python3 etcdctl-tests/opstest.py --server target/debug/concord --etcd-dir "$ref" --etcdctl /usr/bin/etcdctl
+# The load tool and the comparison script still work (one short round; numbers are meaningless
+# on a debug build, see benches/RESULTS.md for real ones).
+python3 benches/compare.py --smoke --etcd-dir "$ref" --concord target/debug/concord --bench target/debug/concord-bench
 # Fault injection: kill -9, SIGSTOP, partitions, full crash, slow disk; histories checked.
 target/debug/concord-faults --mode short

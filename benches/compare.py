@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""Concord against reference etcd 3.5.1, side by side on this machine, with concord-bench.
+
+For each topology (one node; three nodes on loopback) and each workload, fresh clusters of
+both servers are started with the same flags and fresh data dirs on disk, and the workload runs
+on them alternately (etcd, Concord, etcd, Concord, ...: `--rounds` pairs) so that the machine's
+drift hits both alike. The table shows the medians and the ratio Concord/etcd. Then, at a fixed
+offered load (half of etcd's measured throughput), the p99 latency of both. Then, unless
+`--memory-keys 0`: resident memory after loading that many 256-byte keys, the size on disk, and
+the time to restart a member holding them until it serves a linearizable read (`/health`).
+
+Usage:
+  benches/compare.py [--etcd-dir DIR] [--concord BIN] [--bench BIN] [--duration 10s]
+                     [--rounds 2] [--topologies 1,3] [--workloads put,range,...]
+                     [--memory-keys 1000000] [--markdown FILE] [--smoke]
+
+Both servers fsync every acknowledged write on a quorum (neither is given a flag that weakens
+that). --smoke: one short round of a few workloads on one node, to check that the tools work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ALL_WORKLOADS = ["put", "range", "range-ser", "range-prefix", "txn-cas", "mixed", "lease",
+                 "lease-keepalive", "lock", "lock-contended", "watch"]
+
+
+def free_ports(n: int) -> list[int]:
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+class Cluster:
+    """n members of one binary, data under `root`."""
+
+    def __init__(self, binary: str, n: int, root: str, label: str):
+        self.binary, self.n, self.label = binary, n, label
+        self.dir = tempfile.mkdtemp(prefix=f"{label}-", dir=root)
+        ports = free_ports(2 * n)
+        self.client = [f"http://127.0.0.1:{p}" for p in ports[:n]]
+        self.peer = [f"http://127.0.0.1:{p}" for p in ports[n:]]
+        self.procs: list[subprocess.Popen | None] = [None] * n
+
+    def argv(self, i: int) -> list[str]:
+        initial = ",".join(f"m{j}={u}" for j, u in enumerate(self.peer))
+        return [self.binary, "--name", f"m{i}", "--data-dir", os.path.join(self.dir, f"m{i}"),
+                "--listen-client-urls", self.client[i], "--advertise-client-urls", self.client[i],
+                "--listen-peer-urls", self.peer[i], "--initial-advertise-peer-urls", self.peer[i],
+                "--initial-cluster", initial, "--log-level", "error"]
+
+    def start(self, i: int | None = None) -> None:
+        for j in ([i] if i is not None else range(self.n)):
+            self.procs[j] = subprocess.Popen(self.argv(j), stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def healthy(self, i: int) -> bool:
+        try:
+            with urllib.request.urlopen(self.client[i] + "/health", timeout=2) as r:
+                return r.status == 200 and b'"true"' in r.read()
+        except Exception:
+            return False
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if all(self.healthy(i) for i in range(self.n)):
+                return
+            time.sleep(0.1)
+        raise SystemExit(f"{self.label}: not healthy in {timeout}s")
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p is not None]
+
+    def stop(self, i: int | None = None) -> None:
+        for j in ([i] if i is not None else range(self.n)):
+            p = self.procs[j]
+            if p is None:
+                continue
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            self.procs[j] = None
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def du(path: str) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(root, f))
+            except OSError:
+                pass
+    return total
+
+
+def bench(args, cluster: Cluster, workload: str, extra: list[str]) -> dict:
+    flags = []
+    if workload == "range-ser":
+        workload, flags = "range", ["--serializable"]
+    cmd = [args.bench, workload, "--endpoints", ",".join(cluster.client), "--json",
+           "--duration", args.duration, "--clients", str(args.clients), "--conns", str(args.conns),
+           "--server-pids", ",".join(map(str, cluster.pids())), *flags, *extra]
+    if workload == "watch":
+        cmd += ["--watchers", str(args.watchers)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise SystemExit(f"concord-bench failed: {' '.join(cmd)}\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def one_run(args, binary: str, label: str, n: int, workload: str, extra: list[str]) -> dict:
+    c = Cluster(binary, n, args.root, label)
+    try:
+        c.start()
+        c.wait_ready()
+        return bench(args, c, workload, extra)
+    finally:
+        c.remove()
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "n/a"
+
+
+def compare(args, out: list[str]) -> None:
+    servers = [("etcd", args.etcd), ("concord", args.concord)]
+    for n in args.topologies:
+        out.append(f"\n### {n} node{'s' if n > 1 else ''}: throughput (median of {args.rounds})\n")
+        out.append("| workload | etcd ops/s | Concord ops/s | ratio | etcd p99 ms | Concord p99 ms | etcd peak RSS MiB | Concord peak RSS MiB |")
+        out.append("|---|---|---|---|---|---|---|---|")
+        saturation = {}
+        for w in args.workloads:
+            runs: dict[str, list[dict]] = {"etcd": [], "concord": []}
+            for _ in range(args.rounds):
+                for label, binary in servers:
+                    runs[label].append(one_run(args, binary, label, n, w, []))
+            med = {k: {m: statistics.median(r[m] for r in v) for m in
+                       ("ops_per_sec", "p99_ms", "server_peak_rss_bytes")} for k, v in runs.items()}
+            saturation[w] = med["etcd"]["ops_per_sec"]
+            e, c = med["etcd"], med["concord"]
+            line = (f"| {w} | {e['ops_per_sec']:.0f} | {c['ops_per_sec']:.0f} | "
+                    f"{ratio(c['ops_per_sec'], e['ops_per_sec'])} | {e['p99_ms']:.2f} | "
+                    f"{c['p99_ms']:.2f} | {e['server_peak_rss_bytes'] / 2**20:.0f} | "
+                    f"{c['server_peak_rss_bytes'] / 2**20:.0f} |")
+            out.append(line)
+            print(line, flush=True)
+        fixed = [w for w in ("put", "range", "txn-cas", "mixed") if w in args.workloads]
+        if not fixed:
+            continue
+        out.append(f"\n### {n} node{'s' if n > 1 else ''}: p99 at a fixed offered load (half of etcd's throughput)\n")
+        out.append("| workload | offered ops/s | etcd p99 ms | Concord p99 ms | ratio |")
+        out.append("|---|---|---|---|---|")
+        for w in fixed:
+            rate = max(1, int(saturation[w] / 2))
+            runs = {"etcd": [], "concord": []}
+            for _ in range(args.rounds):
+                for label, binary in servers:
+                    runs[label].append(one_run(args, binary, label, n, w, ["--rate", str(rate)]))
+            e = statistics.median(r["p99_ms"] for r in runs["etcd"])
+            c = statistics.median(r["p99_ms"] for r in runs["concord"])
+            line = f"| {w} | {rate} | {e:.2f} | {c:.2f} | {ratio(c, e)} |"
+            out.append(line)
+            print(line, flush=True)
+
+
+def memory(args, out: list[str]) -> None:
+    keys = args.memory_keys
+    out.append(f"\n### One node holding {keys} keys of 256 B\n")
+    out.append("| | etcd | Concord | ratio |")
+    out.append("|---|---|---|---|")
+    results = {}
+    for label, binary in [("etcd", args.etcd), ("concord", args.concord)]:
+        c = Cluster(binary, 1, args.root, label)
+        try:
+            c.start()
+            c.wait_ready()
+            subprocess.run([args.bench, "load", "--endpoints", c.client[0], "--key-space", str(keys),
+                            "--clients", "128", "--conns", "8", "--json"], check=True,
+                           capture_output=True, timeout=3600)
+            time.sleep(2)
+            resident = rss(c.pids()[0])
+            c.stop()
+            disk = du(c.dir)
+            started = time.time()
+            c.start()
+            c.wait_ready(timeout=600)
+            restart = time.time() - started
+            results[label] = (resident, disk, restart)
+        finally:
+            c.remove()
+    (er, ed, et), (cr, cd, ct) = results["etcd"], results["concord"]
+    for name, e, c, fmt in [("resident memory MiB", er, cr, lambda v: f"{v / 2**20:.0f}"),
+                            ("on disk MiB", ed, cd, lambda v: f"{v / 2**20:.0f}"),
+                            ("restart to serving s", et, ct, lambda v: f"{v:.2f}")]:
+        line = f"| {name} | {fmt(e)} | {fmt(c)} | {ratio(c, e)} |"
+        out.append(line)
+        print(line, flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ap.add_argument("--etcd-dir", default=os.path.join(root, ".etcd-ref/bin/etcd-ref"))
+    ap.add_argument("--concord", default=os.path.join(root, "target/release/concord"))
+    ap.add_argument("--bench", default=os.path.join(root, "target/release/concord-bench"))
+    ap.add_argument("--duration", default="10s")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--conns", type=int, default=8)
+    ap.add_argument("--watchers", type=int, default=1000)
+    ap.add_argument("--topologies", default="1,3")
+    ap.add_argument("--workloads", default=",".join(ALL_WORKLOADS))
+    ap.add_argument("--memory-keys", type=int, default=1_000_000)
+    ap.add_argument("--markdown")
+    ap.add_argument("--root", default=os.environ.get("BENCH_DIR", "/tmp"),
+                    help="where the data dirs go (a real disk)")
+    ap.add_argument("--smoke", action="store_true")
+    args = ap.parse_args()
+    if args.smoke:
+        args.duration, args.rounds, args.topologies = "1s", 1, "1"
+        args.workloads, args.memory_keys, args.watchers = "put,range,txn-cas,lock,watch", 0, 10
+    args.etcd = os.path.join(args.etcd_dir, "etcd")
+    args.topologies = [int(t) for t in args.topologies.split(",")]
+    args.workloads = args.workloads.split(",")
+    out = [f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}; "
+           f"data on {args.root}; {args.clients} clients over {args.conns} connections, "
+           f"{args.duration} per run after 1 s warm-up; 256 B values."]
+    compare(args, out)
+    if args.memory_keys > 0:
+        memory(args, out)
+    text = "\n".join(out) + "\n"
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+//! `concord-bench`: a load generator for the etcd v3 API, in the spirit of etcd's `benchmark`
+//! tool. It drives Concord and reference etcd alike (it only speaks the public gRPC API), and
+//! reports throughput, latency percentiles (p50/p90/p99/p99.9 from an HDR histogram) and,
+//! given the server's pids, their peak resident memory and CPU time during the run.
+//!
+//! ```sh
+//! cargo run --release --bin concord-bench -- --endpoints http://127.0.0.1:2379 put
+//! concord-bench --clients 64 --conns 8 --duration 10s range --serializable
+//! concord-bench --rate 2000 txn-cas          # fixed offered load: latency without saturation
+//! concord-bench --watchers 1000 watch        # 1 writer, 1000 watchers
+//! ```
+//!
+//! `benches/compare.py` runs every workload against Concord and reference etcd, alternating.
+
+mod report;
+mod workload;
+
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// What to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Workload {
+    /// Puts of random keys.
+    Put,
+    /// Single-key gets (linearizable unless --serializable).
+    Range,
+    /// Gets of 100 keys under one prefix.
+    RangePrefix,
+    /// Compare mod_revision then put (Kubernetes' update pattern), each client on its own key.
+    TxnCas,
+    /// 90% gets, 10% puts.
+    Mixed,
+    /// Grant a lease, put a key with it, revoke it.
+    Lease,
+    /// Keep-alives for `--leases` leases.
+    LeaseKeepalive,
+    /// Lock and unlock, every client on its own lock.
+    Lock,
+    /// Lock and unlock, every client on the same lock.
+    LockContended,
+    /// One writer, `--watchers` watchers: delivered events/s and put-to-delivery latency.
+    Watch,
+    /// Writes every key of the key space once (to load a server), then stops.
+    Load,
+}
+
+/// Flags.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "concord-bench", about = "Load generator for the etcd v3 API")]
+pub struct Args {
+    /// The workload.
+    #[arg(value_enum)]
+    pub workload: Workload,
+    /// Client URLs, comma-separated (connections are spread over them).
+    #[arg(long, default_value = "http://127.0.0.1:2379", value_delimiter = ',')]
+    pub endpoints: Vec<String>,
+    /// gRPC connections.
+    #[arg(long, default_value_t = 8)]
+    pub conns: usize,
+    /// Concurrent clients (requests in flight).
+    #[arg(long, default_value_t = 64)]
+    pub clients: usize,
+    /// How long to measure (after a one-second warm-up); at most 10 minutes.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Offered load in operations per second over all clients (0: as fast as possible).
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 10_000)]
+    pub key_space: usize,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 256)]
+    pub value_size: usize,
+    /// Serializable reads (range, range-prefix, mixed).
+    #[arg(long)]
+    pub serializable: bool,
+    /// Leases kept alive (lease-keepalive).
+    #[arg(long, default_value_t = 1000)]
+    pub leases: usize,
+    /// Watchers (watch).
+    #[arg(long, default_value_t = 1000)]
+    pub watchers: usize,
+    /// Server pids whose peak RSS and CPU time to report (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub server_pids: Vec<u32>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = concord::config::parse_duration(s)?;
+    if d > Duration::from_secs(600) {
+        return Err("at most 10m".into());
+    }
+    Ok(d)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let before = report::ProcStats::read(&args.server_pids);
+    let result = workload::run(&args).await?;
+    let after = report::ProcStats::read(&args.server_pids);
+    let line = report::Report::new(&args, result, before, after);
+    if args.json {
+        println!("{}", line.json());
+    } else {
+        println!("{}", line.text());
+    }
+    Ok(())
+}
