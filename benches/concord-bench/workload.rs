@@ -209,8 +209,13 @@ impl Client {
                     c.kept.push(id);
                 }
                 let (tx, rx) = mpsc::channel(16);
+                // grpc-go (etcd) answers the stream's headers with its first message: send one
+                // keep-alive before waiting for the stream.
+                let first = c.kept.first().copied().unwrap_or_default();
+                tx.send(LeaseKeepAliveRequest { id: first }).await?;
                 let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
-                let responses = c.lease.lease_keep_alive(stream).await?.into_inner();
+                let mut responses = c.lease.lease_keep_alive(stream).await?.into_inner();
+                responses.message().await?;
                 c.keepalive = Some((tx, responses));
             }
             _ => {}
