@@ -35,7 +35,7 @@ fn json(text: &str) -> TestResult<serde_json::Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_json_gateway_speaks_etcds_json() -> TestResult {
     let c = Cluster::start(1)?;
-    c.wait_leader(Duration::from_secs(10)).await?;
+    c.wait_leader(Duration::from_secs(20)).await?;
 
     // "foo" = "bar", in base64, as etcd's documentation shows it.
     let (code, put) = post(&c, "/v3/kv/put", r#"{"key": "Zm9v", "value": "YmFy"}"#).await?;

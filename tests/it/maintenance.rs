@@ -43,7 +43,7 @@ async fn hashes(c: &Cluster, members: &[usize], revision: i64) -> TestResult<Vec
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_restores_into_a_new_cluster_with_the_same_hashkv() -> TestResult {
     let c = Cluster::start(3)?;
-    c.wait_leader(Duration::from_secs(10)).await?;
+    c.wait_leader(Duration::from_secs(20)).await?;
     for i in 0..20 {
         put(&c, i % 3, &format!("k{i}"), &format!("v{i}")).await?;
     }
@@ -127,7 +127,7 @@ async fn a_snapshot_restores_into_a_new_cluster_with_the_same_hashkv() -> TestRe
     for i in 0..3 {
         restored.spawn(i)?;
     }
-    restored.wait_leader(Duration::from_secs(10)).await?;
+    restored.wait_leader(Duration::from_secs(20)).await?;
     let copies = hashes(&restored, &[0, 1, 2], revision).await?;
     assert_eq!(copies, source, "the restored cluster differs");
     // The restored cluster goes on from the snapshot's revision.
@@ -148,7 +148,7 @@ async fn nospace_under_a_tiny_quota_until_compact_defrag_and_disarm() -> TestRes
             &metrics_url,
         ],
     )?;
-    c.wait_leader(Duration::from_secs(10)).await?;
+    c.wait_leader(Duration::from_secs(20)).await?;
     let mut kv = c.kv(0).await?;
     // Incompressible values: the quota counts bytes on disk.
     let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
@@ -254,7 +254,7 @@ async fn nospace_under_a_tiny_quota_until_compact_defrag_and_disarm() -> TestRes
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn move_leader_hands_leadership_to_the_chosen_member() -> TestResult {
     let c = Cluster::start(3)?;
-    let leader = c.wait_leader(Duration::from_secs(10)).await?;
+    let leader = c.wait_leader(Duration::from_secs(20)).await?;
     put(&c, 0, "before", "1").await?;
     let follower = (leader + 1) % 3;
     let follower_id = maintenance(&c, follower)
@@ -288,7 +288,7 @@ async fn move_leader_hands_leadership_to_the_chosen_member() -> TestResult {
             target_id: follower_id,
         })
         .await?;
-    assert_eq!(c.wait_leader(Duration::from_secs(10)).await?, follower);
+    assert_eq!(c.wait_leader(Duration::from_secs(20)).await?, follower);
     let revision = put(&c, leader, "after", "2").await?;
     let all = hashes(&c, &[0, 1, 2], revision).await?;
     assert!(all.iter().all(|h| *h == all[0]), "members diverge: {all:?}");
@@ -327,7 +327,7 @@ async fn periodic_auto_compaction_keeps_only_the_retention_window() -> TestResul
             "1s",
         ],
     )?;
-    c.wait_leader(Duration::from_secs(10)).await?;
+    c.wait_leader(Duration::from_secs(20)).await?;
     let first = put(&c, 0, "k", "1").await?;
     put(&c, 0, "k", "2").await?;
     let mut kv = c.kv(0).await?;
@@ -355,7 +355,7 @@ async fn periodic_auto_compaction_keeps_only_the_retention_window() -> TestResul
 async fn the_corruption_check_raises_corrupt_when_a_member_diverges() -> TestResult {
     use prost::Message;
     let mut c = Cluster::start_with(3, &["--experimental-corrupt-check-time", "300ms"])?;
-    c.wait_leader(Duration::from_secs(10)).await?;
+    c.wait_leader(Duration::from_secs(20)).await?;
     let first = put(&c, 0, "k", "original").await?;
     put(&c, 0, "other", "x").await?;
     tokio::time::sleep(Duration::from_secs(1)).await;

@@ -82,7 +82,7 @@ async fn wait_value(
 async fn grow_from_one_to_three_promote_a_learner_and_remove_the_founder() -> TestResult {
     // A short log: the members that join later catch up from a snapshot.
     let mut c = Cluster::start_with(1, &["--snapshot-count", "20"])?;
-    c.wait_leader(Duration::from_secs(10)).await?;
+    c.wait_leader(Duration::from_secs(20)).await?;
     put(&c, 0, "before", "1").await?;
     for i in 0..60 {
         put(&c, 0, &format!("history/{i}"), "x").await?;
