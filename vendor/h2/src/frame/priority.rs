@@ -33,6 +33,19 @@ impl Priority {
             dependency,
         })
     }
+
+    /// Concord patch: encodes the frame (RFC 9113 section 6.3) instead of leaving the writer's
+    /// branch unimplemented. h2 itself never sends PRIORITY frames.
+    pub fn encode<B: bytes::BufMut>(&self, dst: &mut B) {
+        let head = Head::new(Kind::Priority, 0, self.stream_id);
+        head.encode(5, dst);
+        let mut dependency = u32::from(self.dependency.dependency_id);
+        if self.dependency.is_exclusive {
+            dependency |= 1 << 31;
+        }
+        dst.put_u32(dependency);
+        dst.put_u8(self.dependency.weight);
+    }
 }
 
 impl<B> From<Priority> for Frame<B> {
