@@ -38,6 +38,32 @@ pub fn first_url(addr: &str) -> &str {
     addr.split(',').next().unwrap_or(addr)
 }
 
+/// The voters among `members`.
+fn voters(members: &[Member]) -> Vec<Member> {
+    members.iter().filter(|m| !m.is_learner).cloned().collect()
+}
+
+/// Member `id` of `members`.
+fn find(members: &[Member], id: u64) -> Result<Member> {
+    members
+        .iter()
+        .find(|m| m.id == id)
+        .cloned()
+        .ok_or(Error::MemberNotFound)
+}
+
+/// Refuses peer URLs that another member (not `except`) already has.
+fn check_urls_free(members: &[Member], urls: &[String], except: u64) -> Result<()> {
+    let taken = members
+        .iter()
+        .filter(|m| m.id != except)
+        .any(|m| m.peer_ur_ls.iter().any(|u| urls.contains(u)));
+    if taken {
+        return Err(Error::PeerUrlExists);
+    }
+    Ok(())
+}
+
 /// Checks peer URLs the way etcd does (`scheme://host:port`, http or https).
 ///
 /// # Errors
@@ -204,11 +230,16 @@ impl RaftNode {
             return Err(Error::LeaderChanged);
         }
         let _one_at_a_time = self.membership_lock.lock().await;
+        // One read of the membership for all the checks of this change.
+        let now = self.member_list();
         let id = match change.change {
-            Some(Change::Add(req)) => self.add_member(req.peer_ur_ls, req.is_learner).await?,
-            Some(Change::Remove(req)) => self.remove_member(req.id).await?,
-            Some(Change::Update(req)) => self.update_member(req.id, req.peer_ur_ls).await?,
-            Some(Change::Promote(req)) => self.promote_member(req.id).await?,
+            Some(Change::Add(req)) => {
+                self.add_member(&now, req.peer_ur_ls, req.is_learner)
+                    .await?
+            }
+            Some(Change::Remove(req)) => self.remove_member(&now, req.id).await?,
+            Some(Change::Update(req)) => self.update_member(&now, req.id, req.peer_ur_ls).await?,
+            Some(Change::Promote(req)) => self.promote_member(&now, req.id).await?,
             None => return Err(Error::Storage),
         };
         let members = self.member_list();
@@ -248,75 +279,48 @@ impl RaftNode {
     }
 
     /// etcd refuses to reconfigure while any voter is out of touch (`unhealthy cluster`).
-    fn check_all_voters_active(&self) -> Result<()> {
-        let all = self
-            .member_list()
-            .iter()
-            .filter(|m| !m.is_learner)
-            .all(|m| self.is_active(m.id));
-        if !all {
+    fn check_all_voters_active(&self, members: &[Member]) -> Result<()> {
+        if !voters(members).iter().all(|m| self.is_active(m.id)) {
             return Err(Error::Unhealthy);
-        }
-        Ok(())
-    }
-
-    fn voters(&self) -> Vec<Member> {
-        self.member_list()
-            .into_iter()
-            .filter(|m| !m.is_learner)
-            .collect()
-    }
-
-    fn find_member(&self, id: u64) -> Result<Member> {
-        self.member_list()
-            .into_iter()
-            .find(|m| m.id == id)
-            .ok_or(Error::MemberNotFound)
-    }
-
-    /// Refuses peer URLs that another member (not `except`) already has.
-    fn check_urls_free(&self, urls: &[String], except: u64) -> Result<()> {
-        let taken = self
-            .member_list()
-            .iter()
-            .filter(|m| m.id != except)
-            .any(|m| m.peer_ur_ls.iter().any(|u| urls.contains(u)));
-        if taken {
-            return Err(Error::PeerUrlExists);
         }
         Ok(())
     }
 
     /// A fresh member ID: a hash of the peer URLs, the cluster and the time, as etcd makes it,
     /// never one in use or ever removed.
-    fn new_member_id(&self, urls: &[String]) -> u64 {
+    fn new_member_id(&self, members: &[Member], urls: &[String]) -> u64 {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         let mut seed = format!("{}{}{nanos}", urls.concat(), self.cluster_id);
         loop {
             let id = crate::config::member_id(&[seed.clone()], "");
-            if id != 0 && !self.was_removed(id) && self.find_member(id).is_err() {
+            if id != 0 && !self.was_removed(id) && find(members, id).is_err() {
                 return id;
             }
             seed.push('+');
         }
     }
 
-    async fn add_member(&self, peer_urls: Vec<String>, is_learner: bool) -> Result<u64> {
+    async fn add_member(
+        &self,
+        members: &[Member],
+        peer_urls: Vec<String>,
+        is_learner: bool,
+    ) -> Result<u64> {
         let urls = validate_urls(&peer_urls)?;
-        self.check_urls_free(&urls, 0)?;
-        let learners = self.member_list().iter().filter(|m| m.is_learner).count();
+        check_urls_free(members, &urls, 0)?;
+        let learners = members.iter().filter(|m| m.is_learner).count();
         if is_learner && learners >= MAX_LEARNERS {
             return Err(Error::TooManyLearners);
         }
         if !is_learner {
-            let mut after = self.voters();
+            let mut after = voters(members);
             after.push(Member::default());
             self.check_started(&after)?;
         }
-        self.check_all_voters_active()?;
-        let id = self.new_member_id(&urls);
+        self.check_all_voters_active(members)?;
+        let id = self.new_member_id(members, &urls);
         // First as a learner: that entry commits with the current voters alone.
         self.raft
             .add_learner(id, BasicNode::new(urls.join(",")), false)
@@ -344,15 +348,15 @@ impl RaftNode {
             Ok(Ok(Ok(_))) => Ok(id),
             Ok(Ok(Err(e))) => Err(change_error(e)),
             Ok(Err(_)) => Err(Error::Stopped),
-            Err(_) if self.find_member(id).is_ok_and(|m| !m.is_learner) => Ok(id),
+            Err(_) if find(&self.member_list(), id).is_ok_and(|m| !m.is_learner) => Ok(id),
             Err(_) => Err(Error::Timeout),
         }
     }
 
-    async fn remove_member(&self, id: u64) -> Result<u64> {
-        let member = self.find_member(id)?;
+    async fn remove_member(&self, members: &[Member], id: u64) -> Result<u64> {
+        let member = find(members, id)?;
         if !member.is_learner {
-            let after: Vec<Member> = self.voters().into_iter().filter(|m| m.id != id).collect();
+            let after: Vec<Member> = voters(members).into_iter().filter(|m| m.id != id).collect();
             self.check_started(&after)?;
             // Removing a member that is down is safe; otherwise the rest must be a quorum.
             if self.is_active(id) {
@@ -375,10 +379,15 @@ impl RaftNode {
         Ok(id)
     }
 
-    async fn update_member(&self, id: u64, peer_urls: Vec<String>) -> Result<u64> {
+    async fn update_member(
+        &self,
+        members: &[Member],
+        id: u64,
+        peer_urls: Vec<String>,
+    ) -> Result<u64> {
         let urls = validate_urls(&peer_urls)?;
-        self.find_member(id)?;
-        self.check_urls_free(&urls, id)?;
+        find(members, id)?;
+        check_urls_free(members, &urls, id)?;
         let nodes = BTreeMap::from([(id, BasicNode::new(urls.join(",")))]);
         self.raft
             .change_membership(ChangeMembers::SetNodes(nodes), true)
@@ -388,12 +397,12 @@ impl RaftNode {
         Ok(id)
     }
 
-    async fn promote_member(&self, id: u64) -> Result<u64> {
-        let learner = self.find_member(id)?;
+    async fn promote_member(&self, members: &[Member], id: u64) -> Result<u64> {
+        let learner = find(members, id)?;
         if !learner.is_learner {
             return Err(Error::MemberNotLearner);
         }
-        let mut after = self.voters();
+        let mut after = voters(members);
         after.push(learner);
         self.check_started(&after)?;
         let metrics = self.raft.metrics().borrow().clone();
