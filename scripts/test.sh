@@ -10,8 +10,9 @@ ref=$(scripts/install-test-tools.sh)
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 cargo build --bins
-# Integration tests start real clusters; a few at a time keeps elections stable on 2 cores.
-cargo test -- --test-threads 3
+# Integration tests start real clusters (3 processes each, 500 ms election timeouts): two at a
+# time on 2 cores; three at once starved members into missed elections in 2 of 4 CI runs.
+cargo test -- --test-threads 2
 ctls=(--etcdctl "$ref/etcdctl")
 [[ -x /usr/bin/etcdctl ]] && ctls+=(--etcdctl /usr/bin/etcdctl)
 scripts/fencing-example.sh
