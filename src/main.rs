@@ -1,5 +1,9 @@
 //! The `concord` server binary: etcd-compatible flags, logging, and the server loop.
 
+/// mimalloc: cheaper than glibc malloc for many small, short-lived, cross-thread allocations.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use concord::config::Config;
 
 #[tokio::main]
