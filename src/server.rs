@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::{anyhow, Context as _};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_stream::StreamExt as _;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 
@@ -188,7 +189,9 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
         let shutdown = stopped(stop_rx.clone());
         let http_node = node.clone();
         tasks.push(tokio::spawn(async move {
-            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+            let incoming = TcpIncoming::from(listener)
+                .with_nodelay(Some(true))
+                .map(|conn| conn.map(crate::rpc::coalesce::Coalesced::new));
             if let Err(e) = Server::builder()
                 // One span per client request, named by its gRPC method or HTTP path.
                 .trace_fn(|req| tracing::debug_span!("request", path = %req.uri().path()))

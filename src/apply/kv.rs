@@ -37,11 +37,12 @@ pub fn put(txn: &mut impl KvTxn, req: &PutRequest) -> Result<PutResponse> {
     check_put(txn, req)?;
     let mut value = req.value.as_slice();
     let mut lease = req.lease;
-    let prev = match current(txn, &req.key) {
-        Some(kr) if req.ignore_value || req.ignore_lease || req.prev_kv => {
-            Some(txn.load(&req.key, &kr)?)
-        }
-        _ => None,
+    // The previous version is looked up only when the request needs it (the index lookup
+    // copies the key; a plain put's index update finds the previous version itself).
+    let needs_prev = req.ignore_value || req.ignore_lease || req.prev_kv;
+    let prev = match needs_prev.then(|| current(txn, &req.key)).flatten() {
+        Some(kr) => Some(txn.load(&req.key, &kr)?),
+        None => None,
     };
     let kept;
     if let Some(p) = &prev {

@@ -7,7 +7,6 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
-use super::read::leader_read_index;
 use super::RaftNode;
 use crate::apply::Command;
 use crate::error::Error;
@@ -206,7 +205,7 @@ impl RaftPeer for PeerService {
         &self,
         _: Request<ReadIndexRequest>,
     ) -> Result<Response<ReadIndexResponse>, Status> {
-        let reply = match leader_read_index(&self.node.raft).await {
+        let reply = match self.node.leader_read_index().await {
             Ok(index) => ReadIndexResponse { index, error: 0 },
             Err(e) => ReadIndexResponse {
                 index: 0,

@@ -55,7 +55,7 @@ async fn obtain(raft: &Raft, id: u64, peers: &PeerChannels) -> Result<u64> {
     let leader = raft.metrics().borrow().current_leader;
     match leader {
         None => Err(Error::NoLeader),
-        Some(l) if l == id => leader_read_index(raft).await,
+        Some(l) if l == id => confirm_leadership(raft).await,
         Some(l) => {
             let addr = leader_addr(raft, l).ok_or(Error::NoLeader)?;
             let mut client = peers.client(&addr).map_err(|_| Error::NoLeader)?;
@@ -73,7 +73,7 @@ async fn obtain(raft: &Raft, id: u64, peers: &PeerChannels) -> Result<u64> {
 }
 
 /// On the leader: confirms leadership with a quorum and returns the index reads must wait for.
-pub(super) async fn leader_read_index(raft: &Raft) -> Result<u64> {
+async fn confirm_leadership(raft: &Raft) -> Result<u64> {
     match raft.get_read_log_id().await {
         Ok((read_log_id, _)) => Ok(read_log_id.map_or(0, |l| l.index)),
         Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(_))) => {
@@ -85,6 +85,18 @@ pub(super) async fn leader_read_index(raft: &Raft) -> Result<u64> {
 }
 
 impl RaftNode {
+    /// On the leader, for a follower's `ReadIndex` call: the read index, from the same batched
+    /// confirmation round as this member's own reads (one quorum heartbeat serves them all).
+    ///
+    /// # Errors
+    /// [`Error::LeaderChanged`] when this member does not lead, else those of a round.
+    pub(super) async fn leader_read_index(&self) -> Result<u64> {
+        if self.raft.metrics().borrow().current_leader != Some(self.id) {
+            return Err(Error::LeaderChanged);
+        }
+        self.reads.read_index().await
+    }
+
     /// Waits until a linearizable read may be served from this member's store: every write
     /// acknowledged before the call is applied here when it returns.
     ///

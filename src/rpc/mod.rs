@@ -3,6 +3,7 @@
 //! [`status`], the single catalogue of etcd's wire errors.
 
 pub mod cluster;
+pub mod coalesce;
 pub mod election;
 pub mod gateway;
 pub mod http;
