@@ -246,6 +246,7 @@ def main() -> int:
     ap.add_argument("--topologies", default="1,3")
     ap.add_argument("--workloads", default=",".join(ALL_WORKLOADS))
     ap.add_argument("--memory-keys", type=int, default=1_000_000)
+    ap.add_argument("--memory-only", action="store_true", help="only the memory/disk/restart table")
     ap.add_argument("--markdown")
     ap.add_argument("--root", default=os.environ.get("BENCH_DIR", "/tmp"),
                     help="where the data dirs go (a real disk)")
@@ -260,7 +261,8 @@ def main() -> int:
     out = [f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}; "
            f"data on {args.root}; {args.clients} clients over {args.conns} connections, "
            f"{args.duration} per run after 1 s warm-up; 256 B values."]
-    compare(args, out)
+    if not args.memory_only:
+        compare(args, out)
     if args.memory_keys > 0:
         memory(args, out)
     text = "\n".join(out) + "\n"

@@ -16,6 +16,7 @@
 //!
 //! [`Revision`]: crate::mvcc::Revision
 
+use std::ops::Bound;
 use std::path::Path;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
@@ -126,6 +127,17 @@ impl Batch {
     }
 }
 
+/// Journal bytes per database before fjall flushes memtables to free the oldest journal (fjall's
+/// minimum; its default, 512 MiB, made a restart replay up to that much).
+const MAX_JOURNALS: u64 = 64 * 1024 * 1024;
+/// Memtable size per keyspace (fjall's default is 64 MiB): memtables are most of the resident
+/// memory after a bulk load, and a restart rebuilds them from the journal.
+const MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
+
+fn keyspace_options() -> KeyspaceCreateOptions {
+    KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES)
+}
+
 impl Storage {
     /// Opens (or creates) the data dir, checking its format version.
     ///
@@ -133,15 +145,19 @@ impl Storage {
     /// When fjall cannot open the directory or the format is newer than this binary.
     pub fn open(dir: &Path) -> StorageResult<Self> {
         std::fs::create_dir_all(dir).map_err(|e| StorageError(e.to_string()))?;
-        let db = Database::builder(dir.join("db")).open()?;
-        let log_db = Database::builder(dir.join("log")).open()?;
+        let db = Database::builder(dir.join("db"))
+            .max_journaling_size(MAX_JOURNALS)
+            .open()?;
+        let log_db = Database::builder(dir.join("log"))
+            .max_journaling_size(MAX_JOURNALS)
+            .open()?;
         let storage = Storage {
-            raft_log: log_db.keyspace("raft_log", KeyspaceCreateOptions::default)?,
-            raft_meta: log_db.keyspace("raft_meta", KeyspaceCreateOptions::default)?,
+            raft_log: log_db.keyspace("raft_log", keyspace_options)?,
+            raft_meta: log_db.keyspace("raft_meta", keyspace_options)?,
             log_db,
-            kv: db.keyspace("kv", KeyspaceCreateOptions::default)?,
-            meta: db.keyspace("meta", KeyspaceCreateOptions::default)?,
-            lease: db.keyspace("lease", KeyspaceCreateOptions::default)?,
+            kv: db.keyspace("kv", keyspace_options)?,
+            meta: db.keyspace("meta", keyspace_options)?,
+            lease: db.keyspace("lease", keyspace_options)?,
             db,
         };
         match storage.meta.get(meta_key::FORMAT_VERSION)? {
@@ -236,6 +252,59 @@ impl Storage {
             out.push((k.to_vec(), v.to_vec()));
         }
         Ok(out)
+    }
+
+    /// Calls `visit` with every `(key, value)` of `space` in key order, without copying them
+    /// (start-up scans: the key index is rebuilt from a million records in one pass).
+    ///
+    /// # Errors
+    /// On a read failure, or the first error `visit` returns.
+    pub fn for_each(
+        &self,
+        space: Space,
+        visit: impl FnMut(&[u8], &[u8]) -> StorageResult<()>,
+    ) -> StorageResult<()> {
+        self.for_each_in(space, &[], None, visit)
+    }
+
+    /// [`Storage::for_each`] over the keys `from <= key < to` (no upper bound without `to`).
+    ///
+    /// # Errors
+    /// On a read failure, or the first error `visit` returns.
+    pub fn for_each_in(
+        &self,
+        space: Space,
+        from: &[u8],
+        to: Option<&[u8]>,
+        mut visit: impl FnMut(&[u8], &[u8]) -> StorageResult<()>,
+    ) -> StorageResult<()> {
+        let end = to.map_or(Bound::Unbounded, Bound::Excluded);
+        for guard in self
+            .space(space)
+            .range::<&[u8], _>((Bound::Included(from), end))
+        {
+            let (k, v) = guard.into_inner()?;
+            visit(&k, &v)?;
+        }
+        Ok(())
+    }
+
+    /// Writes every memtable out to tables (at a graceful stop, so that the next start reads
+    /// tables instead of replaying the journals).
+    ///
+    /// # Errors
+    /// On an I/O failure.
+    pub fn flush_memtables(&self) -> StorageResult<()> {
+        for ks in [
+            &self.kv,
+            &self.meta,
+            &self.lease,
+            &self.raft_log,
+            &self.raft_meta,
+        ] {
+            ks.rotate_memtable_and_wait()?;
+        }
+        Ok(())
     }
 
     /// Appends Raft log entries `(index, bytes)`: readable at once, durable after the next
