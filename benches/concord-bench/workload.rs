@@ -18,6 +18,7 @@ use concord::pb::etcdserverpb::{
 };
 use concord::pb::v3lockpb::lock_client::LockClient;
 use concord::pb::v3lockpb::{LockRequest, UnlockRequest};
+use concord::rpc::coalesce::Coalesced;
 use tokio::sync::mpsc;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Status;
@@ -95,9 +96,23 @@ async fn connect(args: &Args) -> anyhow::Result<Vec<Channel>> {
     let mut channels = Vec::new();
     for i in 0..args.conns.max(1) {
         let url = &args.endpoints[i % args.endpoints.len()];
+        let addr = url
+            .split_once("://")
+            .map_or(url.as_str(), |(_, rest)| rest)
+            .trim_end_matches('/')
+            .to_string();
+        // Requests are written through the server's write coalescing too: a load generator
+        // that pays one `writev` per request spends the CPU the servers under test share.
+        let connector = tower::service_fn(move |_: http::Uri| {
+            let addr = addr.clone();
+            async move {
+                let stream = tokio::net::TcpStream::connect(&addr).await?;
+                stream.set_nodelay(true)?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(Coalesced::new(stream)))
+            }
+        });
         let channel = Endpoint::from_shared(url.clone())?
-            .tcp_nodelay(true)
-            .connect()
+            .connect_with_connector(connector)
             .await
             .with_context(|| format!("connecting to {url}"))?;
         channels.push(channel);
