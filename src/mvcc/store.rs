@@ -92,7 +92,9 @@ impl MvccStore {
             staged: BTreeMap::new(),
             sub: 0,
             dirty: false,
-            events: Vec::new(),
+            // A batch under load holds tens of puts: growing from empty reallocated (and moved
+            // every event) several times per batch.
+            events: Vec::with_capacity(64),
         })
     }
 

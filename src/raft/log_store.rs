@@ -39,14 +39,38 @@ enum Job {
     Drain(mpsc::Sender<Result<(), String>>),
 }
 
+/// Decoded entries kept for readers: openraft reads each entry back right after appending it
+/// (to apply it, and once per follower to replicate it), and a read from fjall plus bincode
+/// decoding cost more than a clone.
+const RECENT_ENTRIES: usize = 256;
+
 struct Shared {
     buffer: Mutex<Buffer>,
     next_seq: Mutex<u64>,
+    /// The last appended entries, decoded (at most [`RECENT_ENTRIES`]); kept equal to the log
+    /// by `append`, `truncate` and `purge`.
+    recent: Mutex<BTreeMap<u64, Entry>>,
 }
 
 impl Shared {
     fn buffer(&self) -> MutexGuard<'_, Buffer> {
         self.buffer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn recent(&self) -> MutexGuard<'_, BTreeMap<u64, Entry>> {
+        self.recent.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The entries `start..end` if every one of them is in the recent cache.
+    fn cached(&self, start: u64, end: u64) -> Option<Vec<Entry>> {
+        let recent = self.recent();
+        let first = *recent.keys().next()?;
+        let last = *recent.keys().next_back()?;
+        if start < first || end > last.saturating_add(1) || start >= end {
+            return None;
+        }
+        // Indexes are contiguous in the cache (appends are, and trims cut at the ends).
+        Some(recent.range(start..end).map(|(_, e)| e.clone()).collect())
     }
 }
 
@@ -64,6 +88,7 @@ impl LogStore {
         let shared = Arc::new(Shared {
             buffer: Mutex::new(BTreeMap::new()),
             next_seq: Mutex::new(0),
+            recent: Mutex::new(BTreeMap::new()),
         });
         let syncer = Syncer::start(storage.clone(), shared.clone());
         LogStore {
@@ -202,6 +227,9 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> Result<Vec<Entry>, StorageError<u64>> {
         let (start, end) = bounds(&range);
+        if let Some(entries) = self.shared.cached(start, end) {
+            return Ok(entries);
+        }
         let mut raw: BTreeMap<u64, Vec<u8>> = self
             .storage
             .log_range(start, end)
@@ -265,8 +293,29 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let mut encoded = Vec::new();
+        let mut decoded = Vec::new();
         for e in entries {
             encoded.push((e.log_id.index, bincode::serialize(&e).map_err(write_err)?));
+            decoded.push(e);
+        }
+        {
+            let mut recent = self.shared.recent();
+            for e in decoded {
+                // A gap (never expected: openraft appends contiguously) restarts the cache.
+                if recent
+                    .keys()
+                    .next_back()
+                    .is_some_and(|last| last.saturating_add(1) < e.log_id.index)
+                {
+                    recent.clear();
+                }
+                // Appending at an index replaces it and everything after it.
+                recent.split_off(&e.log_id.index);
+                recent.insert(e.log_id.index, e);
+            }
+            while recent.len() > RECENT_ENTRIES {
+                recent.pop_first();
+            }
         }
         {
             let mut seq = self
@@ -288,6 +337,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
         self.drain().await?;
+        self.shared.recent().split_off(&log_id.index);
         self.storage
             .remove_log(log_id.index..=u64::MAX)
             .map_err(write_err)
@@ -296,6 +346,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
         // The applied state must be on disk before the entries that could rebuild it disappear.
         self.drain().await?;
+        {
+            let mut recent = self.shared.recent();
+            *recent = recent.split_off(&log_id.index.saturating_add(1));
+        }
         self.storage.persist_state().map_err(write_err)?;
         self.write_meta(PURGED, &log_id)?;
         self.storage.remove_log(0..=log_id.index).map_err(write_err)
