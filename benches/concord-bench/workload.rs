@@ -61,7 +61,10 @@ pub async fn run(args: &Args) -> anyhow::Result<Measured> {
             let mut m = Measured::new()?;
             let interval = (args.rate > 0)
                 .then(|| Duration::from_secs_f64(args.clients as f64 / args.rate as f64));
-            let mut next = Instant::now();
+            // Clients start spread over one interval, so that the offered load arrives evenly
+            // (all starting at once sent bursts of `--clients` requests every interval).
+            let mut next = Instant::now()
+                + interval.map_or(Duration::ZERO, |every| every * id as u32 / args.clients as u32);
             while Instant::now() < end {
                 let started = match interval {
                     Some(every) => {
