@@ -29,4 +29,5 @@ pub mod rpc;
 pub mod server;
 pub mod snapshot;
 pub mod storage;
+pub mod transport;
 pub mod watch;

@@ -124,7 +124,9 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
             .max_encoding_message_size(usize::MAX);
         let shutdown = stopped(stop_rx.clone());
         tasks.push(tokio::spawn(async move {
-            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+            let incoming = TcpIncoming::from(listener)
+                .with_nodelay(Some(true))
+                .map(|conn| conn.map(crate::transport::Coalesced::new));
             if let Err(e) = Server::builder()
                 .add_service(svc)
                 .serve_with_incoming_shutdown(incoming, shutdown)
@@ -192,7 +194,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
         tasks.push(tokio::spawn(async move {
             let incoming = TcpIncoming::from(listener)
                 .with_nodelay(Some(true))
-                .map(|conn| conn.map(crate::rpc::coalesce::Coalesced::new));
+                .map(|conn| conn.map(crate::transport::Coalesced::new));
             if let Err(e) = Server::builder()
                 // One span per client request, named by its gRPC method or HTTP path.
                 .trace_fn(|req| tracing::debug_span!("request", path = %req.uri().path()))

@@ -18,7 +18,6 @@ use concord::pb::etcdserverpb::{
 };
 use concord::pb::v3lockpb::lock_client::LockClient;
 use concord::pb::v3lockpb::{LockRequest, UnlockRequest};
-use concord::rpc::coalesce::Coalesced;
 use tokio::sync::mpsc;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Status;
@@ -64,7 +63,9 @@ pub async fn run(args: &Args) -> anyhow::Result<Measured> {
             // Clients start spread over one interval, so that the offered load arrives evenly
             // (all starting at once sent bursts of `--clients` requests every interval).
             let mut next = Instant::now()
-                + interval.map_or(Duration::ZERO, |every| every * id as u32 / args.clients as u32);
+                + interval.map_or(Duration::ZERO, |every| {
+                    every * id as u32 / args.clients as u32
+                });
             while Instant::now() < end {
                 let started = match interval {
                     Some(every) => {
@@ -99,21 +100,9 @@ async fn connect(args: &Args) -> anyhow::Result<Vec<Channel>> {
     let mut channels = Vec::new();
     for i in 0..args.conns.max(1) {
         let url = &args.endpoints[i % args.endpoints.len()];
-        let addr = url
-            .split_once("://")
-            .map_or(url.as_str(), |(_, rest)| rest)
-            .trim_end_matches('/')
-            .to_string();
         // Requests are written through the server's write coalescing too: a load generator
         // that pays one `writev` per request spends the CPU the servers under test share.
-        let connector = tower::service_fn(move |_: http::Uri| {
-            let addr = addr.clone();
-            async move {
-                let stream = tokio::net::TcpStream::connect(&addr).await?;
-                stream.set_nodelay(true)?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(Coalesced::new(stream)))
-            }
-        });
+        let connector = concord::transport::connector(Duration::from_secs(5));
         let channel = Endpoint::from_shared(url.clone())?
             .connect_with_connector(connector)
             .await

@@ -30,11 +30,9 @@ use crate::pb::concordpb::RaftPayload;
 /// When the URL is not a valid endpoint.
 pub fn peer_channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
     Ok(Endpoint::from_shared(addr.to_string())?
-        .connect_timeout(Duration::from_millis(500))
-        .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(5))
         .keep_alive_timeout(Duration::from_secs(5))
-        .connect_lazy())
+        .connect_with_connector_lazy(crate::transport::connector(Duration::from_millis(500))))
 }
 
 /// What the transport shares with the rest of the member.

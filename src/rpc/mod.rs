@@ -3,7 +3,6 @@
 //! [`status`], the single catalogue of etcd's wire errors.
 
 pub mod cluster;
-pub mod coalesce;
 pub mod election;
 pub mod gateway;
 pub mod http;

@@ -1,4 +1,4 @@
-//! Write coalescing for client connections.
+//! TCP connections for gRPC with write coalescing, for clients and peers alike.
 //!
 //! hyper's HTTP/2 connection task writes and flushes every time it is woken, and each finished
 //! request wakes it: under load that is one `writev` per response (measured: 1.4 per unary
@@ -11,8 +11,11 @@
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
 
 /// Writes at least this large skip the buffer when it is empty (no copy of big bodies).
 const PASS_THROUGH: usize = 64 * 1024;
@@ -130,6 +133,34 @@ impl<T: tonic::transport::server::Connected> tonic::transport::server::Connected
     fn connect_info(&self) -> Self::ConnectInfo {
         self.io.connect_info()
     }
+}
+
+/// A connector for tonic channels (`Endpoint::connect_with_connector[_lazy]`): TCP with
+/// `TCP_NODELAY`, at most `timeout` to connect, writes coalesced.
+pub fn connector(
+    timeout: Duration,
+) -> impl tower::Service<
+    http::Uri,
+    Response = TokioIo<Coalesced<TcpStream>>,
+    Error = io::Error,
+    Future = impl Send + 'static,
+> + Clone
+       + Send
+       + 'static {
+    tower::service_fn(move |uri: http::Uri| async move {
+        let host = uri
+            .host()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no host in URL"))?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let port = uri.port_u16().unwrap_or(80);
+        let stream = tokio::time::timeout(timeout, TcpStream::connect((host.as_str(), port)))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+        stream.set_nodelay(true)?;
+        Ok(TokioIo::new(Coalesced::new(stream)))
+    })
 }
 
 #[cfg(test)]
