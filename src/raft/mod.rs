@@ -98,6 +98,8 @@ pub struct RaftNode {
     /// The backend size as the space quota last measured it, and when (ms since `started`).
     quota_size: std::sync::atomic::AtomicU64,
     quota_measured_ms: std::sync::atomic::AtomicU64,
+    /// Bytes of growing proposals admitted since that measurement.
+    quota_pending: std::sync::atomic::AtomicU64,
     started: std::time::Instant,
 }
 
@@ -141,10 +143,11 @@ impl RaftNode {
             ..Default::default()
         };
         let config = Arc::new(config.validate().map_err(|e| StorageError(e.to_string()))?);
-        let raft = Raft::new(id, config, NetworkFactory::new(links.clone()), log, sm)
+        let peers = Arc::new(network::PeerChannels::default());
+        let network = NetworkFactory::new(links.clone(), peers.clone());
+        let raft = Raft::new(id, config, network, log, sm)
             .await
             .map_err(|e| StorageError(e.to_string()))?;
-        let peers = Arc::new(network::PeerChannels::default());
         let proposals = propose::Batcher::start(raft.clone(), options.max_request_bytes);
         let reads =
             read::ReadBatcher::start(raft.clone(), id, peers.clone(), options.request_timeout);
@@ -167,6 +170,7 @@ impl RaftNode {
             snapshot_path: state_machine::snapshot_path(data_dir),
             quota_size: std::sync::atomic::AtomicU64::new(0),
             quota_measured_ms: std::sync::atomic::AtomicU64::new(0),
+            quota_pending: std::sync::atomic::AtomicU64::new(0),
             started: std::time::Instant::now(),
         });
         node.start_lease_expiry();

@@ -76,16 +76,17 @@ impl Links {
     }
 }
 
-/// Builds one [`PeerClient`] per target member.
+/// Builds [`PeerClient`]s over the member's shared peer channels.
 #[derive(Clone)]
 pub struct NetworkFactory {
     links: Arc<Links>,
+    channels: Arc<PeerChannels>,
 }
 
 impl NetworkFactory {
-    /// A factory whose clients share `links`.
-    pub fn new(links: Arc<Links>) -> Self {
-        NetworkFactory { links }
+    /// A factory whose clients share `links` and the connections of `channels`.
+    pub fn new(links: Arc<Links>, channels: Arc<PeerChannels>) -> Self {
+        NetworkFactory { links, channels }
     }
 }
 
@@ -100,7 +101,10 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
         let addr = super::first_url(&node.addr).to_string();
         PeerClient {
             target,
-            client: peer_channel(&addr).ok().map(RaftPeerClient::new),
+            // openraft 0.9 asks for a client per replication stream and also per leadership
+            // check (every read-index round): a channel of their own made each round open a
+            // TCP connection to every follower (measured: ~1,900 connects/s under reads).
+            client: self.channels.client(&addr).ok(),
             addr,
             links: self.links.clone(),
         }
