@@ -1,9 +1,9 @@
 //! Writes: every mutation becomes a [`Command`] in the Raft log. Acknowledged only after a
 //! quorum has the entry on disk and the leader applied it.
 //!
-//! Group commit: openraft 0.9 flushes each log entry before it takes the next, so the leader's
-//! [`Batcher`] puts every proposal that arrives while an entry is in flight into the next entry
-//! (a [`CommandBatch`]); one fsync then covers them all. A follower forwards its proposals to the
+//! Group commit: the leader's [`Batcher`] keeps one entry in flight and puts every proposal that
+//! arrives meanwhile into the next entry (a [`CommandBatch`]); one fsync, one replication round
+//! and one apply then cover them all. A follower forwards its proposals to the
 //! leader's `Forward` RPC, where they join the same batches.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
