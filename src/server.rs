@@ -53,7 +53,6 @@ impl Member {
             .storage
             .persist_state()
             .and_then(|()| self.storage.persist_log())
-            .and_then(|()| self.storage.flush_memtables())
         {
             tracing::error!(error = %e, "final sync failed");
         }

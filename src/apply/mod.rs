@@ -24,6 +24,7 @@ use crate::storage::meta_key;
 /// commands in order, each closing its own request).
 pub fn apply(w: &mut WriteTxn<'_>, cmd: &Command) -> CommandResult {
     if let Some(Op::Batch(batch)) = &cmd.op {
+        w.reserve_events(batch.commands.len());
         let results = batch.commands.iter().map(|c| apply(w, c)).collect();
         return CommandResult {
             result: Some(Outcome::Batch(CommandResults { results })),

@@ -92,9 +92,7 @@ impl MvccStore {
             staged: BTreeMap::new(),
             sub: 0,
             dirty: false,
-            // A batch under load holds tens of puts: growing from empty reallocated (and moved
-            // every event) several times per batch.
-            events: Vec::with_capacity(64),
+            events: Vec::new(),
         })
     }
 
@@ -329,12 +327,18 @@ fn encode_record(tombstone: bool, kv: &KeyValue) -> Vec<u8> {
     out
 }
 
-fn decode_record(bytes: &[u8]) -> StorageResult<(bool, KeyValue)> {
+/// Decodes a stored record as `M` (the whole `KeyValue`, or just the fields the index needs);
+/// returns whether it is a tombstone.
+fn decode_as<M: Message + Default>(bytes: &[u8]) -> StorageResult<(bool, M)> {
     let (tag, body) = bytes
         .split_first()
         .ok_or_else(|| StorageError("empty mvcc record".into()))?;
-    let kv = KeyValue::decode(body).map_err(|e| StorageError(format!("corrupt record: {e}")))?;
-    Ok((*tag == TOMBSTONE_TAG, kv))
+    let msg = M::decode(body).map_err(|e| StorageError(format!("corrupt record: {e}")))?;
+    Ok((*tag == TOMBSTONE_TAG, msg))
+}
+
+fn decode_record(bytes: &[u8]) -> StorageResult<(bool, KeyValue)> {
+    decode_as(bytes)
 }
 
 /// Rebuilds the key index from every stored change. The two halves of the revision space are
@@ -364,7 +368,7 @@ fn read_changes(
     storage.for_each_in(Space::Kv, from, to, |k, v| {
         let rev = Revision::from_bytes(k)
             .ok_or_else(|| StorageError(format!("corrupt revision key {k:?}")))?;
-        let (tombstone, head) = decode_index_fields(v)?;
+        let (tombstone, head) = decode_as::<IndexFields>(v)?;
         let change = if tombstone {
             KeyRevision::tombstone(rev)
         } else {
@@ -393,15 +397,6 @@ struct IndexFields {
     version: i64,
     #[prost(int64, tag = "6")]
     lease: i64,
-}
-
-fn decode_index_fields(bytes: &[u8]) -> StorageResult<(bool, IndexFields)> {
-    let (tag, body) = bytes
-        .split_first()
-        .ok_or_else(|| StorageError("empty mvcc record".into()))?;
-    let head =
-        IndexFields::decode(body).map_err(|e| StorageError(format!("corrupt record: {e}")))?;
-    Ok((*tag == TOMBSTONE_TAG, head))
 }
 
 /// Operations a request runs against the store, shared by reads and writes so that request
@@ -620,6 +615,12 @@ impl WriteTxn<'_> {
     /// Whether any member raised alarm `alarm`.
     pub fn has_alarm(&self, alarm: i32) -> bool {
         self.state.alarms.iter().any(|(_, a)| *a == alarm)
+    }
+
+    /// Makes room for the events of `requests` more requests (a proposal batch of tens of puts
+    /// otherwise regrows, and moves, the event list several times).
+    pub fn reserve_events(&mut self, requests: usize) {
+        self.events.reserve(requests);
     }
 
     /// Commits the batch atomically; readers see it from now on. Returns the batch's events in

@@ -300,6 +300,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         {
             let mut recent = self.shared.recent();
+            // Only after every entry encoded: a failed append leaves the cache as it was.
             for e in decoded {
                 // A gap (never expected: openraft appends contiguously) restarts the cache.
                 if recent

@@ -159,12 +159,11 @@ impl RaftNode {
         if self.mvcc.has_alarm(nospace) {
             return Err(Error::NoSpace);
         }
-        let size = self.quota_state_size() + cmd.encoded_len() as u64;
+        let len = cmd.encoded_len() as u64;
+        let size = self.quota_state_size() + len;
         if size <= self.options.quota_bytes {
-            self.quota_pending.fetch_add(
-                cmd.encoded_len() as u64,
-                std::sync::atomic::Ordering::Relaxed,
-            );
+            self.quota_pending
+                .fetch_add(len, std::sync::atomic::Ordering::Relaxed);
             return Ok(());
         }
         tracing::warn!(

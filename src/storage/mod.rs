@@ -254,20 +254,9 @@ impl Storage {
         Ok(out)
     }
 
-    /// Calls `visit` with every `(key, value)` of `space` in key order, without copying them
-    /// (start-up scans: the key index is rebuilt from a million records in one pass).
-    ///
-    /// # Errors
-    /// On a read failure, or the first error `visit` returns.
-    pub fn for_each(
-        &self,
-        space: Space,
-        visit: impl FnMut(&[u8], &[u8]) -> StorageResult<()>,
-    ) -> StorageResult<()> {
-        self.for_each_in(space, &[], None, visit)
-    }
-
-    /// [`Storage::for_each`] over the keys `from <= key < to` (no upper bound without `to`).
+    /// Calls `visit` with every `(key, value)` of `space` with `from <= key < to` (no upper
+    /// bound without `to`), in key order, without copying them (the start-up scan reads a
+    /// million records this way).
     ///
     /// # Errors
     /// On a read failure, or the first error `visit` returns.
@@ -285,24 +274,6 @@ impl Storage {
         {
             let (k, v) = guard.into_inner()?;
             visit(&k, &v)?;
-        }
-        Ok(())
-    }
-
-    /// Writes every memtable out to tables (at a graceful stop, so that the next start reads
-    /// tables instead of replaying the journals).
-    ///
-    /// # Errors
-    /// On an I/O failure.
-    pub fn flush_memtables(&self) -> StorageResult<()> {
-        for ks in [
-            &self.kv,
-            &self.meta,
-            &self.lease,
-            &self.raft_log,
-            &self.raft_meta,
-        ] {
-            ks.rotate_memtable_and_wait()?;
         }
         Ok(())
     }
