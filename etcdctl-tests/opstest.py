@@ -127,7 +127,9 @@ class Normalizer:
             line = re.sub(r"(?<![0-9a-z])[0-9a-f]{15,16}(?![0-9a-z])",
                           lambda m: self.id_of(m.group(0)), line)
             line = re.sub(r"took = [0-9.]+[a-zµ]+", "took = <T>", line)
-            line = re.sub(r"^Member +", "Member ", line)  # "%16x": padded short ids
+            # "%16x": short ids (a leading zero nibble) are padded, for members and clusters.
+            line = re.sub(r"^Member +", "Member ", line)
+            line = re.sub(r" cluster +<", " cluster <", line)
             line = re.sub(r"/\S*/(ref|test)/", "<DIR>/", line)
             if line.startswith("ETCD_INITIAL_CLUSTER="):
                 members = line.split("=", 1)[1].strip('"').split(",")
