@@ -17,6 +17,10 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+mod eager_end;
+
+pub use eager_end::{eager, EagerChannel, EagerEnd};
+
 /// Writes at least this large skip the buffer when it is empty (no copy of big bodies).
 const PASS_THROUGH: usize = 64 * 1024;
 /// The buffer is written out before it would grow past this.

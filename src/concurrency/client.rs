@@ -38,6 +38,23 @@ impl LocalClient {
         mvcc::range(&read, &req)
     }
 
+    /// Several ranges at one linearizable point: one read index for all of them.
+    ///
+    /// # Errors
+    /// Those of the read index and of the ranges.
+    pub async fn ranges<const N: usize>(
+        &self,
+        reqs: [&RangeRequest; N],
+    ) -> Result<[RangeResponse; N]> {
+        self.node.read_index().await?;
+        let read = self.node.mvcc().read()?;
+        let mut out: [RangeResponse; N] = std::array::from_fn(|_| RangeResponse::default());
+        for (slot, req) in out.iter_mut().zip(reqs) {
+            *slot = mvcc::range(&read, req)?;
+        }
+        Ok(out)
+    }
+
     /// A txn: read-only ones after the read index, others through the log.
     ///
     /// # Errors

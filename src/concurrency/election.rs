@@ -87,13 +87,7 @@ pub async fn campaign(
             proclaim(client, &leader, value).await?;
         }
     }
-    wait_predecessors(client, &prefix_of(name), leader.rev).await?;
-    let mine = client
-        .range(RangeRequest {
-            key: key.clone(),
-            ..Default::default()
-        })
-        .await?;
+    let mine = wait_predecessors(client, &prefix_of(name), leader.rev, &key).await?;
     match mine.kvs.first() {
         Some(kv) if kv.create_revision == leader.rev => Ok((header, leader)),
         _ => Err(Error::SessionExpired),

@@ -87,9 +87,8 @@ pub async fn lock(
     if owner.is_none() || owner == Some(my_rev) {
         return Ok((resp.header.unwrap_or_default(), key));
     }
-    wait_predecessors(client, &prefix, my_rev).await?;
     // Our key must still be there: its lease may have expired while we waited.
-    let mine = client.range(get_key).await?;
+    let mine = wait_predecessors(client, &prefix, my_rev, &key).await?;
     match mine.kvs.first() {
         Some(kv) if kv.create_revision == my_rev => Ok((mine.header.unwrap_or_default(), key)),
         _ => Err(Error::SessionExpired),
@@ -97,25 +96,35 @@ pub async fn lock(
 }
 
 /// Waits, one at a time, for every key under `prefix` created before `my_rev` to be deleted:
-/// only the immediate predecessor is watched, so one release wakes one waiter.
+/// only the immediate predecessor is watched, so one release wakes one waiter. Returns `own_key`
+/// as read at the same linearizable point as the last (empty) predecessor check: one read index
+/// per hand-off instead of two.
 ///
 /// # Errors
 /// Those of the reads and watches.
-pub async fn wait_predecessors(client: &LocalClient, prefix: &[u8], my_rev: i64) -> Result<()> {
+pub async fn wait_predecessors(
+    client: &LocalClient,
+    prefix: &[u8],
+    my_rev: i64,
+    own_key: &[u8],
+) -> Result<crate::pb::etcdserverpb::RangeResponse> {
+    let predecessor = RangeRequest {
+        key: prefix.to_vec(),
+        range_end: prefix_end(prefix),
+        sort_order: SortOrder::Descend as i32,
+        sort_target: SortTarget::Create as i32,
+        max_create_revision: my_rev - 1,
+        limit: 1,
+        ..Default::default()
+    };
+    let own = RangeRequest {
+        key: own_key.to_vec(),
+        ..Default::default()
+    };
     loop {
-        let pred = client
-            .range(RangeRequest {
-                key: prefix.to_vec(),
-                range_end: prefix_end(prefix),
-                sort_order: SortOrder::Descend as i32,
-                sort_target: SortTarget::Create as i32,
-                max_create_revision: my_rev - 1,
-                limit: 1,
-                ..Default::default()
-            })
-            .await?;
+        let [pred, mine] = client.ranges([&predecessor, &own]).await?;
         let Some(p) = pred.kvs.first() else {
-            return Ok(());
+            return Ok(mine);
         };
         let at = pred.header.map_or(0, |h| h.revision);
         client.wait_delete(&p.key, at).await?;

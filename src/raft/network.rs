@@ -18,21 +18,25 @@ use openraft::raft::{
 use openraft::BasicNode;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
+
+use crate::transport::{eager, EagerChannel};
 
 use super::TypeConfig;
 use crate::pb::concordpb::raft_peer_client::RaftPeerClient;
 use crate::pb::concordpb::RaftPayload;
 
-/// Opens a lazily connected gRPC channel to a peer URL.
+/// Opens a lazily connected gRPC channel to a peer URL (requests end with their data frame).
 ///
 /// # Errors
 /// When the URL is not a valid endpoint.
-pub fn peer_channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
-    Ok(Endpoint::from_shared(addr.to_string())?
-        .http2_keep_alive_interval(Duration::from_secs(5))
-        .keep_alive_timeout(Duration::from_secs(5))
-        .connect_with_connector_lazy(crate::transport::connector(Duration::from_millis(500))))
+pub fn peer_channel(addr: &str) -> Result<EagerChannel, tonic::transport::Error> {
+    Ok(eager(
+        Endpoint::from_shared(addr.to_string())?
+            .http2_keep_alive_interval(Duration::from_secs(5))
+            .keep_alive_timeout(Duration::from_secs(5))
+            .connect_with_connector_lazy(crate::transport::connector(Duration::from_millis(500))),
+    ))
 }
 
 /// What the transport shares with the rest of the member.
@@ -115,7 +119,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 pub struct PeerClient {
     target: u64,
     addr: String,
-    client: Option<RaftPeerClient<Channel>>,
+    client: Option<RaftPeerClient<EagerChannel>>,
     links: Arc<Links>,
 }
 
@@ -216,7 +220,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 /// Cached channels to peers, by URL, for forwarded writes and read-index requests.
 #[derive(Default)]
 pub struct PeerChannels {
-    channels: std::sync::Mutex<std::collections::HashMap<String, Channel>>,
+    channels: std::sync::Mutex<std::collections::HashMap<String, EagerChannel>>,
 }
 
 impl PeerChannels {
@@ -224,7 +228,10 @@ impl PeerChannels {
     ///
     /// # Errors
     /// When the URL is not a valid endpoint.
-    pub fn client(&self, addr: &str) -> Result<RaftPeerClient<Channel>, tonic::transport::Error> {
+    pub fn client(
+        &self,
+        addr: &str,
+    ) -> Result<RaftPeerClient<EagerChannel>, tonic::transport::Error> {
         let mut map = match self.channels.lock() {
             Ok(m) => m,
             Err(poisoned) => poisoned.into_inner(),
