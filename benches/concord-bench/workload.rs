@@ -19,7 +19,8 @@ use concord::pb::etcdserverpb::{
 use concord::pb::v3lockpb::lock_client::LockClient;
 use concord::pb::v3lockpb::{LockRequest, UnlockRequest};
 use tokio::sync::mpsc;
-use tonic::transport::{Channel, Endpoint};
+use concord::transport::EagerChannel as Channel;
+use tonic::transport::Endpoint;
 use tonic::Status;
 
 use crate::report::Measured;
@@ -107,7 +108,9 @@ async fn connect(args: &Args) -> anyhow::Result<Vec<Channel>> {
             .connect_with_connector(connector)
             .await
             .with_context(|| format!("connecting to {url}"))?;
-        channels.push(channel);
+        // Unary requests carry END_STREAM on their data frame, as grpc-go's (etcd's clients)
+        // do; tonic alone sends a separate empty frame, which a tonic server waits for.
+        channels.push(concord::transport::eager(channel));
     }
     Ok(channels)
 }

@@ -731,7 +731,7 @@ where
     }
 
     /// Concord patch: submits `entries` to the log store and returns without waiting for the
-    /// flush; the flush (or its failure) comes back as `Notify::LocalLogFlushed`.
+    /// flush; the log store reports the flush (or its failure) as `Notify::LocalLogFlushed`.
     pub(crate) async fn append_to_log_in_background<I>(
         &mut self,
         entries: I,
@@ -742,23 +742,8 @@ where
         I: IntoIterator<Item = C::Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let (tx, rx) = C::AsyncRuntime::oneshot();
-        let log_io_id = LogIOId::new(vote.clone(), Some(last_log_id.clone()));
-        let callback = LogFlushed::new(log_io_id, tx);
-        self.log_store.append(entries, callback).await?;
-
-        let tx_notify = self.tx_notify.clone();
-        // False positive lint warning(`non-binding `let` on a future`): https://github.com/rust-lang/rust-clippy/issues/9932
-        #[allow(clippy::let_underscore_future)]
-        let _ = C::spawn(async move {
-            let result = match rx.await {
-                Ok(Ok(_)) => Ok(last_log_id),
-                Ok(Err(e)) => Err(StorageIOError::write_logs(AnyError::error(e)).into()),
-                Err(e) => Err(StorageIOError::write_logs(AnyError::error(e)).into()),
-            };
-            let _ = tx_notify.send(Notify::LocalLogFlushed { vote, result });
-        });
-        Ok(())
+        let callback = LogFlushed::to_core(self.tx_notify.clone(), vote, last_log_id);
+        self.log_store.append(entries, callback).await
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
