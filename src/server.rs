@@ -96,7 +96,9 @@ async fn stopped(mut rx: watch::Receiver<bool>) {
 pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
     let data_dir = cfg.data_dir();
     let members = cfg.initial_members().map_err(|e| anyhow!(e))?;
+    let opening = std::time::Instant::now();
     let storage = Storage::open(&data_dir).context("opening the data dir")?;
+    tracing::info!(elapsed_ms = opening.elapsed().as_millis() as u64, "storage opened");
     let retention = cfg.retention().map_err(|e| anyhow!(e))?;
     let (id, cluster_id) = identity(cfg, &members, &storage).await?;
     let options = RaftOptions {

@@ -18,8 +18,8 @@ use concord::pb::etcdserverpb::{
 };
 use concord::pb::v3lockpb::lock_client::LockClient;
 use concord::pb::v3lockpb::{LockRequest, UnlockRequest};
-use tokio::sync::mpsc;
 use concord::transport::EagerChannel as Channel;
+use tokio::sync::mpsc;
 use tonic::transport::Endpoint;
 use tonic::Status;
 

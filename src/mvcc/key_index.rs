@@ -99,6 +99,27 @@ impl KeyRange {
 /// is stored inline (no allocation of its own).
 type History = SmallVec<[KeyRevision; 1]>;
 
+/// The changes of one revision span, sorted and grouped by key: built by each start-up scan
+/// thread for its span, merged by [`KeyIndex::from_groups`].
+#[derive(Default, Debug)]
+pub struct Grouped(Vec<(Box<[u8]>, History)>);
+
+impl Grouped {
+    /// Groups `changes`, given in revision order, by key (each key's changes stay in order).
+    pub fn new(mut changes: Vec<(Box<[u8]>, KeyRevision)>) -> Self {
+        // Stable: each key's changes keep their revision order.
+        changes.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut grouped: Vec<(Box<[u8]>, History)> = Vec::new();
+        for (key, change) in changes {
+            match grouped.last_mut() {
+                Some((last, history)) if *last == key => history.push(change),
+                _ => grouped.push((key, smallvec![change])),
+            }
+        }
+        Grouped(grouped)
+    }
+}
+
 /// Key → history, ordered by key.
 #[derive(Default, Debug)]
 pub struct KeyIndex {
@@ -136,21 +157,42 @@ impl KeyIndex {
         }
     }
 
-    /// Builds the index from changes given in revision order. The tree is built from sorted
-    /// input, which is faster than inserting and packs its nodes full (inserting in revision
-    /// order leaves many half empty).
-    pub fn from_changes(mut changes: Vec<(Box<[u8]>, KeyRevision)>) -> Self {
-        // Stable: each key's changes keep their revision order.
-        changes.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut grouped: Vec<(Box<[u8]>, History)> = Vec::new();
-        for (key, change) in changes {
-            match grouped.last_mut() {
-                Some((last, history)) if *last == key => history.push(change),
-                _ => grouped.push((key, smallvec![change])),
+    /// Builds the index from changes given in revision order.
+    pub fn from_changes(changes: Vec<(Box<[u8]>, KeyRevision)>) -> Self {
+        Self::from_groups(Grouped::new(changes), Grouped::default())
+    }
+
+    /// Builds the index from the grouped changes of two consecutive revision spans (`older`
+    /// entirely before `newer`). The tree is built from sorted input, which is faster than
+    /// inserting and packs its nodes full (inserting in revision order leaves many half empty).
+    pub fn from_groups(older: Grouped, newer: Grouped) -> Self {
+        let mut merged: Vec<(Box<[u8]>, History)> =
+            Vec::with_capacity(older.0.len().max(newer.0.len()));
+        let mut older = older.0.into_iter().peekable();
+        let mut newer = newer.0.into_iter().peekable();
+        loop {
+            let next = match (older.peek(), newer.peek()) {
+                (Some(o), Some(n)) => match o.0.cmp(&n.0) {
+                    std::cmp::Ordering::Less => older.next(),
+                    std::cmp::Ordering::Greater => newer.next(),
+                    std::cmp::Ordering::Equal => match (older.next(), newer.next()) {
+                        (Some((key, mut history)), Some((_, later))) => {
+                            history.extend(later);
+                            Some((key, history))
+                        }
+                        (one, other) => one.or(other),
+                    },
+                },
+                (Some(_), None) => older.next(),
+                (None, _) => newer.next(),
+            };
+            match next {
+                Some(entry) => merged.push(entry),
+                None => break,
             }
         }
         KeyIndex {
-            keys: grouped.into_iter().collect(),
+            keys: merged.into_iter().collect(),
         }
     }
 
@@ -274,6 +316,36 @@ mod tests {
             }
         }
         assert_eq!(built.len(), 2);
+    }
+
+    #[test]
+    fn merging_two_spans_equals_pushing_them() {
+        let changes = vec![
+            (b"b".to_vec(), put(2, 2, 1)),
+            (b"a".to_vec(), put(3, 3, 1)),
+            (b"c".to_vec(), put(4, 4, 1)),
+            (b"b".to_vec(), KeyRevision::tombstone(Revision::new(5, 0))),
+            (b"a".to_vec(), put(6, 3, 2)),
+            (b"d".to_vec(), put(7, 7, 1)),
+            (b"b".to_vec(), put(8, 8, 1)),
+        ];
+        let mut pushed = KeyIndex::default();
+        for (k, c) in &changes {
+            pushed.push(k, *c);
+        }
+        let boxed = |span: &[(Vec<u8>, KeyRevision)]| {
+            span.iter()
+                .map(|(k, c)| (k.clone().into_boxed_slice(), *c))
+                .collect::<Vec<_>>()
+        };
+        let (older, newer) = changes.split_at(3);
+        let built = KeyIndex::from_groups(Grouped::new(boxed(older)), Grouped::new(boxed(newer)));
+        for at in 1..=9 {
+            for key in [b"a", b"b", b"c", b"d"] {
+                assert_eq!(built.get(key, at), pushed.get(key, at), "{key:?} at {at}");
+            }
+        }
+        assert_eq!(built.len(), 4);
     }
 
     #[test]

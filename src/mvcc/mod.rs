@@ -11,7 +11,7 @@ mod range;
 mod revision;
 mod store;
 
-pub use key_index::{KeyIndex, KeyRange, KeyRevision};
+pub use key_index::{Grouped, KeyIndex, KeyRange, KeyRevision};
 pub use lease_table::{LeaseInfo, LeaseTable};
 pub use range::range;
 pub use revision::Revision;

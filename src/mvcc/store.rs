@@ -9,7 +9,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use prost::Message;
 
-use super::{KeyIndex, KeyRange, KeyRevision, LeaseInfo, LeaseTable, Revision};
+use super::{Grouped, KeyIndex, KeyRange, KeyRevision, LeaseInfo, LeaseTable, Revision};
 use crate::error::{Error, Result};
 use crate::pb::mvccpb::event::EventType;
 use crate::pb::mvccpb::{Event, KeyValue};
@@ -239,7 +239,13 @@ fn load_state(storage: &Storage) -> StorageResult<State> {
         })
     };
     let current = read_i64(meta_key::REVISION, 1)?;
+    let loading = std::time::Instant::now();
     let index = load_index(storage, current)?;
+    tracing::info!(
+        keys = index.len(),
+        elapsed_ms = loading.elapsed().as_millis() as u64,
+        "key index loaded"
+    );
     let mut leases = LeaseTable::default();
     for (k, v) in storage.scan(Space::Lease)? {
         let id = <[u8; 8]>::try_from(k.as_slice()).map(i64::from_be_bytes);
@@ -352,18 +358,13 @@ fn load_index(storage: &Storage, current: i64) -> StorageResult<KeyIndex> {
         let high = read_changes(storage, &middle, None);
         (low.join(), high)
     });
-    let mut changes = low.map_err(|_| StorageError("key index loader panicked".into()))??;
-    changes.extend(high?);
-    Ok(KeyIndex::from_changes(changes))
+    let low = low.map_err(|_| StorageError("key index loader panicked".into()))??;
+    Ok(KeyIndex::from_groups(low, high?))
 }
 
-/// The key index entries of the changes stored at revisions `from <= rev < to`, in revision
-/// order.
-fn read_changes(
-    storage: &Storage,
-    from: &[u8],
-    to: Option<&[u8]>,
-) -> StorageResult<Vec<(Box<[u8]>, KeyRevision)>> {
+/// The key index entries of the changes stored at revisions `from <= rev < to`, grouped by key
+/// (sorting is most of building the index: each scan thread sorts its own span).
+fn read_changes(storage: &Storage, from: &[u8], to: Option<&[u8]>) -> StorageResult<Grouped> {
     let mut changes = Vec::new();
     storage.for_each_in(Space::Kv, from, to, |k, v| {
         let rev = Revision::from_bytes(k)
@@ -382,7 +383,7 @@ fn read_changes(
         changes.push((head.key.into_boxed_slice(), change));
         Ok(())
     })?;
-    Ok(changes)
+    Ok(Grouped::new(changes))
 }
 
 /// The fields of a stored `mvccpb.KeyValue` the key index needs: decoding skips the value
