@@ -48,7 +48,9 @@ impl Member {
         for t in self.tasks {
             let _ = t.await;
         }
+        tracing::info!("listeners closed");
         self.node.shutdown().await;
+        tracing::info!("raft stopped");
         if let Err(e) = self
             .storage
             .persist_state()
