@@ -100,7 +100,10 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
     let members = cfg.initial_members().map_err(|e| anyhow!(e))?;
     let opening = std::time::Instant::now();
     let storage = Storage::open(&data_dir).context("opening the data dir")?;
-    tracing::info!(elapsed_ms = opening.elapsed().as_millis() as u64, "storage opened");
+    tracing::info!(
+        elapsed_ms = opening.elapsed().as_millis() as u64,
+        "storage opened"
+    );
     let retention = cfg.retention().map_err(|e| anyhow!(e))?;
     let (id, cluster_id) = identity(cfg, &members, &storage).await?;
     let options = RaftOptions {
