@@ -164,12 +164,27 @@ impl Cluster {
                 "warn",
             ])
             .args(&self.extra_args)
+            // The fault-injection hook (see `slow_disk_failpoint` in the log store): a member
+            // reads its fsync delay from here; without the file it syncs normally.
+            .env("CONCORD_FAILPOINT_DIR", self.failpoint_dir(i))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()?;
         if let Some(slot) = self.procs.get_mut(i) {
             *slot = Some(child);
         }
+        Ok(())
+    }
+
+    fn failpoint_dir(&self, i: usize) -> std::path::PathBuf {
+        self.dir.path().join(format!("failpoints-{i}"))
+    }
+
+    /// Makes every Raft log fsync of member `i` first sleep `ms` milliseconds (0: no delay).
+    pub fn set_fsync_delay(&self, i: usize, ms: u64) -> TestResult {
+        let dir = self.failpoint_dir(i);
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("fsync-delay-ms"), ms.to_string())?;
         Ok(())
     }
 

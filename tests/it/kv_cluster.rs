@@ -124,6 +124,40 @@ async fn acknowledged_writes_survive_leader_kill_minority_and_full_restart() -> 
     Ok(())
 }
 
+/// The leader writes its own log while it replicates (vendor/openraft/CONCORD-PATCH.md): a
+/// leader whose disk stalls still commits through its followers, stays leader, and counts
+/// itself only once its own write is durable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_with_a_stalled_disk_commits_through_its_followers() -> TestResult {
+    let c = Cluster::start(3)?;
+    let leader = c.wait_leader(Duration::from_secs(20)).await?;
+    put(&c, leader, "k-before", "v").await?;
+    // Every log fsync of the leader now takes a minute (openraft 0.9 as released waits for
+    // it inside RaftCore: no heartbeats, a new election, and this put never succeeds).
+    c.set_fsync_delay(leader, 60_000)?;
+    let rev = tokio::time::timeout(Duration::from_secs(20), put(&c, leader, "k-stalled", "v"))
+        .await
+        .map_err(|_| "the put waited for the leader's stalled disk")??;
+    assert!(rev > 0);
+    for _ in 0..3 {
+        put(&c, leader, "k-stalled", "again").await?;
+    }
+    assert_eq!(
+        c.wait_leader(Duration::from_secs(5)).await?,
+        leader,
+        "the leader kept its leadership while its disk stalled"
+    );
+    for m in 0..3 {
+        let seen = read_all(&c, m).await?;
+        assert_eq!(
+            seen.get("k-stalled").map(String::as_str),
+            Some("again"),
+            "member {m}"
+        );
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_member_catches_up_from_a_snapshot_after_log_compaction() -> TestResult {
     // Snapshot every 20 entries, so the leader purges the log the member missed.
