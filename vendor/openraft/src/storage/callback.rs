@@ -20,8 +20,7 @@ pub struct LogFlushed<C>
 where C: RaftTypeConfig
 {
     log_io_id: LogIOId<C::NodeId>,
-    /// Taken when the flush is reported; see the `Drop` impl.
-    to: Option<FlushedTo<C>>,
+    to: FlushedTo<C>,
 }
 
 /// Concord patch: where a flush is reported.
@@ -47,7 +46,7 @@ where C: RaftTypeConfig
     ) -> Self {
         Self {
             log_io_id,
-            to: Some(FlushedTo::Oneshot(tx)),
+            to: FlushedTo::Oneshot(tx),
         }
     }
 
@@ -56,25 +55,20 @@ where C: RaftTypeConfig
     pub(crate) fn to_core(tx: mpsc::UnboundedSender<Notify<C>>, vote: Vote<C::NodeId>, log_id: LogId<C::NodeId>) -> Self {
         Self {
             log_io_id: LogIOId::new(vote.clone(), Some(log_id.clone())),
-            to: Some(FlushedTo::Core { tx, vote, log_id }),
+            to: FlushedTo::Core { tx, vote, log_id },
         }
     }
 
     /// Report log io completion event.
     ///
     /// It will be called when the log is successfully appended to the storage or an error occurs.
-    pub fn log_io_completed(mut self, result: Result<(), io::Error>) {
+    pub fn log_io_completed(self, result: Result<(), io::Error>) {
         if let Err(e) = &result {
             tracing::error!("LogFlush error: {}, while flushing upto {}", e, self.log_io_id);
         }
-        self.report(result);
-    }
-
-    fn report(&mut self, result: Result<(), io::Error>) {
-        let sent = match self.to.take() {
-            None => return,
-            Some(FlushedTo::Oneshot(tx)) => tx.send(result.map(|_| self.log_io_id.clone())).is_ok(),
-            Some(FlushedTo::Core { tx, vote, log_id }) => {
+        let sent = match self.to {
+            FlushedTo::Oneshot(tx) => tx.send(result.map(|_| self.log_io_id)).is_ok(),
+            FlushedTo::Core { tx, vote, log_id } => {
                 let result = result.map(|_| log_id).map_err(|e| StorageIOError::write_logs(AnyError::error(e)).into());
                 tx.send(Notify::LocalLogFlushed { vote, result }).is_ok()
             }
@@ -82,20 +76,6 @@ where C: RaftTypeConfig
 
         if !sent {
             tracing::error!("failed to send log io completion event");
-        }
-    }
-}
-
-/// Concord patch: a callback dropped unreported (the log store lost it, e.g. its writer
-/// panicked) reports a failed flush. Upstream's awaiting caller got the same from the dropped
-/// oneshot; RaftCore, which no longer awaits a leader's flush, would otherwise never hear.
-impl<C> Drop for LogFlushed<C>
-where C: RaftTypeConfig
-{
-    fn drop(&mut self) {
-        if matches!(self.to, Some(FlushedTo::Core { .. })) {
-            tracing::error!("log flush callback dropped unreported, upto {}", self.log_io_id);
-            self.report(Err(io::Error::other("log flush callback dropped unreported")));
         }
     }
 }
