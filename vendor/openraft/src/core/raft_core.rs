@@ -1625,9 +1625,6 @@ where
 
         if let Some(condition) = condition {
             match condition {
-                Condition::LogFlushed { .. } => {
-                    todo!()
-                }
                 Condition::Applied { log_id } => {
                     if self.engine.state.io_applied() < log_id.as_ref() {
                         tracing::debug!(

@@ -15,15 +15,8 @@ where
     N: Node,
     NID: NodeId,
 {
-    #[deprecated(since = "0.8.4", note = "unused any more")]
-    fn has_nodes(&self) -> bool {
-        unimplemented!("has_nodes is deprecated")
-    }
-
-    #[deprecated(since = "0.8.4", note = "unused any more")]
-    fn node_ids(&self) -> Vec<NID> {
-        unimplemented!("node_ids is deprecated")
-    }
+    // Concord patch: the deprecated `has_nodes`/`node_ids`, unused since 0.8.4 and left as
+    // panicking stubs upstream, are removed.
 
     fn into_nodes(self) -> BTreeMap<NID, N>;
 }

@@ -58,7 +58,11 @@ where C: RaftTypeConfig
         crate::raft::InstallSnapshotResponse<C::NodeId>,
         RPCError<C::NodeId, C::Node, RaftError<C::NodeId, crate::error::InstallSnapshotError>>,
     > {
-        unimplemented!()
+        // Concord patch: an error instead of upstream's panicking stub for a network that
+        // does not implement this method.
+        Err(RPCError::Unreachable(crate::error::Unreachable::new(&anyerror::AnyError::error(
+            "install_snapshot is not implemented by this network",
+        ))))
     }
 
     /// Send an InstallSnapshot RPC to the target.
