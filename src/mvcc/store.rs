@@ -5,6 +5,7 @@
 //! start to commit, so readers never see half of a request.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use prost::Message;
@@ -45,6 +46,10 @@ impl State {
 pub struct MvccStore {
     storage: Storage,
     state: RwLock<State>,
+    /// The raised alarm types as a bit set (bit `t` for type `t`), published by each commit:
+    /// the write path checks it on every request and must not wait for the state lock, which
+    /// an apply holds through its disk write.
+    raised: AtomicU64,
 }
 
 impl MvccStore {
@@ -56,6 +61,7 @@ impl MvccStore {
         let state = load_state(&storage)?;
         Ok(MvccStore {
             storage,
+            raised: AtomicU64::new(alarm_bits(&state.alarms)),
             state: RwLock::new(state),
         })
     }
@@ -66,7 +72,9 @@ impl MvccStore {
     /// On a read failure or a corrupt record.
     pub fn reload(&self) -> StorageResult<()> {
         let fresh = load_state(&self.storage)?;
+        let bits = alarm_bits(&fresh.alarms);
         *self.state.write().map_err(|_| poisoned())? = fresh;
+        self.raised.store(bits, Ordering::Release);
         Ok(())
     }
 
@@ -89,6 +97,7 @@ impl MvccStore {
         Ok(WriteTxn {
             storage: &self.storage,
             state: self.state.write().map_err(|_| poisoned())?,
+            raised: &self.raised,
             staged: BTreeMap::new(),
             sub: 0,
             dirty: false,
@@ -152,9 +161,7 @@ impl MvccStore {
 
     /// Whether any member raised alarm `alarm`.
     pub fn has_alarm(&self, alarm: i32) -> bool {
-        self.state
-            .read()
-            .is_ok_and(|s| s.alarms.iter().any(|(_, a)| *a == alarm))
+        alarm_bit(alarm).is_some_and(|bit| self.raised.load(Ordering::Acquire) & bit != 0)
     }
 
     /// Every raised alarm: (member id, alarm type).
@@ -223,6 +230,19 @@ impl MvccStore {
         }
         Ok((crc, compacted, at))
     }
+}
+
+/// The bit of alarm type `alarm` in [`MvccStore::raised`] (none for a type out of range).
+fn alarm_bit(alarm: i32) -> Option<u64> {
+    u32::try_from(alarm).ok().and_then(|t| 1u64.checked_shl(t))
+}
+
+/// The bit set of the alarm types in `alarms`.
+fn alarm_bits(alarms: &std::collections::BTreeSet<(u64, i32)>) -> u64 {
+    alarms
+        .iter()
+        .filter_map(|(_, a)| alarm_bit(*a))
+        .fold(0, |bits, bit| bits | bit)
 }
 
 fn poisoned() -> StorageError {
@@ -493,6 +513,8 @@ impl KvTxn for ReadTxn<'_> {
 pub struct WriteTxn<'a> {
     storage: &'a Storage,
     state: RwLockWriteGuard<'a, State>,
+    /// The store's published alarm bits, updated by [`WriteTxn::commit`].
+    raised: &'a AtomicU64,
     /// Writes of this batch by keyspace and key (`None` deletes), readable before commit and
     /// written as one fjall batch by [`WriteTxn::commit`].
     staged: BTreeMap<(Space, Vec<u8>), Option<Vec<u8>>>,
@@ -642,6 +664,8 @@ impl WriteTxn<'_> {
             }
         }
         batch.commit()?;
+        self.raised
+            .store(alarm_bits(&self.state.alarms), Ordering::Release);
         Ok(self.events)
     }
 }

@@ -122,8 +122,7 @@ impl RaftNode {
             Error::Storage
         });
         // The space quota measures again on the next write.
-        self.quota_measured_ms
-            .store(0, std::sync::atomic::Ordering::Relaxed);
+        self.quota.invalidate();
         done
     }
 

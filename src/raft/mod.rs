@@ -14,6 +14,7 @@ mod membership;
 mod network;
 mod peer;
 mod propose;
+mod quota;
 mod read;
 mod state_machine;
 
@@ -95,12 +96,8 @@ pub struct RaftNode {
     links: Arc<network::Links>,
     /// The state machine's latest snapshot file.
     snapshot_path: std::path::PathBuf,
-    /// The backend size as the space quota last measured it, and when (ms since `started`).
-    quota_size: std::sync::atomic::AtomicU64,
-    quota_measured_ms: std::sync::atomic::AtomicU64,
-    /// Bytes of growing proposals admitted since that measurement.
-    quota_pending: std::sync::atomic::AtomicU64,
-    started: std::time::Instant,
+    /// The backend size for the space quota.
+    quota: Arc<quota::QuotaMeter>,
 }
 
 impl RaftNode {
@@ -161,6 +158,7 @@ impl RaftNode {
             options,
             reads,
             peers,
+            quota: quota::QuotaMeter::new(storage.clone()),
             storage,
             proposals,
             lessor,
@@ -168,10 +166,6 @@ impl RaftNode {
             membership_lock: tokio::sync::Mutex::new(()),
             links,
             snapshot_path: state_machine::snapshot_path(data_dir),
-            quota_size: std::sync::atomic::AtomicU64::new(0),
-            quota_measured_ms: std::sync::atomic::AtomicU64::new(0),
-            quota_pending: std::sync::atomic::AtomicU64::new(0),
-            started: std::time::Instant::now(),
         });
         node.start_lease_expiry();
         node.count_leader_changes();

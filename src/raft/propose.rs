@@ -152,10 +152,9 @@ impl RaftNode {
             return Err(Error::NoSpace);
         }
         let len = cmd.encoded_len() as u64;
-        let size = self.quota_state_size() + len;
+        let size = self.quota.size() + len;
         if size <= self.options.quota_bytes {
-            self.quota_pending
-                .fetch_add(len, std::sync::atomic::Ordering::Relaxed);
+            self.quota.admit(len);
             return Ok(());
         }
         tracing::warn!(
@@ -173,23 +172,6 @@ impl RaftNode {
             tracing::warn!(error = %e, "raising NOSPACE failed");
         }
         Err(Error::NoSpace)
-    }
-
-    /// The backend size for the quota: measured at most every 100 ms (measuring walks every
-    /// table of the state keyspaces: not something to do on every write), plus every growing
-    /// proposal admitted since, so that a burst cannot run past the quota between
-    /// measurements.
-    fn quota_state_size(&self) -> u64 {
-        use std::sync::atomic::Ordering::Relaxed;
-        let now = self.started.elapsed().as_millis() as u64;
-        if now.saturating_sub(self.quota_measured_ms.load(Relaxed)) >= 100
-            || self.quota_measured_ms.load(Relaxed) == 0
-        {
-            self.quota_pending.store(0, Relaxed);
-            self.quota_size.store(self.storage.state_size(), Relaxed);
-            self.quota_measured_ms.store(now.max(1), Relaxed);
-        }
-        self.quota_size.load(Relaxed) + self.quota_pending.load(Relaxed)
     }
 
     /// Proposes on this member when it leads, else forwards to the leader it knows. A proposal

@@ -1,0 +1,117 @@
+//! [`QuotaMeter`]: the backend size that etcd's space quota compares with `--quota-backend-bytes`,
+//! measured in the background so that no request waits for it.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::storage::Storage;
+
+/// How old a measurement may get before the next write starts a new one.
+const MEASURE_EVERY_MS: u64 = 100;
+
+/// The last measured backend size plus what growing proposals admitted since then may add.
+///
+/// Measuring walks every table of the state keyspaces and takes fjall's version locks, which a
+/// memtable flush holds through its fsyncs: a request thread must never do it. A write that
+/// finds the measurement stale starts one on a blocking thread and goes on with the last value
+/// plus every byte admitted since that measurement began, so a burst cannot run past the quota.
+pub struct QuotaMeter {
+    storage: Storage,
+    started: Instant,
+    /// The last measured size.
+    size: AtomicU64,
+    /// When the last measurement began, in ms since `started` (0: never, or invalidated).
+    measured_ms: AtomicU64,
+    /// Bytes admitted since the last measurement began.
+    pending: AtomicU64,
+    /// Whether a background measurement is running.
+    measuring: AtomicBool,
+}
+
+impl QuotaMeter {
+    /// A meter over `storage`'s state keyspaces; the first write measures.
+    pub fn new(storage: Storage) -> Arc<Self> {
+        Arc::new(QuotaMeter {
+            storage,
+            started: Instant::now(),
+            size: AtomicU64::new(0),
+            measured_ms: AtomicU64::new(0),
+            pending: AtomicU64::new(0),
+            measuring: AtomicBool::new(false),
+        })
+    }
+
+    /// The backend size as far as the quota is concerned: the last measurement plus the bytes
+    /// admitted since. Starts a background measurement when the last one is stale; measures in
+    /// place only when there is none yet (start-up, or after [`QuotaMeter::invalidate`]).
+    pub fn size(self: &Arc<Self>) -> u64 {
+        let now = self.now_ms();
+        let measured = self.measured_ms.load(Relaxed);
+        if measured == 0 {
+            self.measure(now);
+        } else if now.saturating_sub(measured) >= MEASURE_EVERY_MS
+            && !self.measuring.swap(true, Relaxed)
+        {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let meter = Arc::clone(self);
+                runtime.spawn_blocking(move || {
+                    meter.measure(meter.now_ms());
+                    meter.measuring.store(false, Relaxed);
+                });
+            } else {
+                // Outside a runtime (not the request path): measure here.
+                self.measure(now);
+                self.measuring.store(false, Relaxed);
+            }
+        }
+        self.size.load(Relaxed) + self.pending.load(Relaxed)
+    }
+
+    /// Counts `bytes` of an admitted proposal until the next measurement.
+    pub fn admit(&self, bytes: u64) {
+        self.pending.fetch_add(bytes, Relaxed);
+    }
+
+    /// Forgets the measurement (after a defragment): the next write measures in place.
+    pub fn invalidate(&self) {
+        self.measured_ms.store(0, Relaxed);
+    }
+
+    /// Takes a measurement. Until it is stored, readers keep seeing the old size plus every
+    /// admitted byte; bytes admitted while it runs stay counted (perhaps twice: the quota errs
+    /// towards refusing, never towards passing).
+    fn measure(&self, now: u64) {
+        self.measured_ms.store(now.max(1), Relaxed);
+        let counted = self.pending.load(Relaxed);
+        self.size.store(self.storage.state_size(), Relaxed);
+        self.pending.fetch_sub(counted, Relaxed);
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::StorageResult;
+
+    #[test]
+    fn admitted_bytes_count_until_the_next_measurement() -> StorageResult<()> {
+        let dir = tempfile::tempdir().map_err(|e| crate::storage::StorageError(e.to_string()))?;
+        let storage = Storage::open(dir.path())?;
+        let meter = QuotaMeter::new(storage.clone());
+        let measured = meter.size();
+        assert_eq!(measured, storage.state_size());
+        meter.admit(1000);
+        meter.admit(24);
+        assert_eq!(meter.pending.load(Relaxed), 1024);
+        // Invalidated, the next call measures in place: the admitted bytes are in the
+        // measurement (here: nothing was written, so they are simply gone).
+        meter.invalidate();
+        assert_eq!(meter.size(), storage.state_size());
+        Ok(())
+    }
+}
