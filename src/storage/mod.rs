@@ -21,6 +21,8 @@ use std::path::Path;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
+mod writeback;
+
 /// The on-disk format this binary writes. Written at creation; a data dir with a newer format is
 /// refused, an older one would be upgraded here.
 pub const FORMAT_VERSION: u32 = 1;
@@ -87,6 +89,8 @@ pub struct Storage {
     kv: Keyspace,
     meta: Keyspace,
     lease: Keyspace,
+    /// Writes the state journal back in the background (see [`writeback`]).
+    writeback: std::sync::Arc<writeback::Writeback>,
 }
 
 /// The keyspaces a [`Batch`] can write.
@@ -123,6 +127,7 @@ impl Batch {
     /// durability point, and [`Storage::persist_state`] runs before the log is ever purged.
     pub fn commit(self) -> StorageResult<()> {
         self.inner.commit()?;
+        self.storage.writeback.wrote();
         Ok(())
     }
 }
@@ -159,6 +164,7 @@ impl Storage {
             meta: db.keyspace("meta", keyspace_options)?,
             lease: db.keyspace("lease", keyspace_options)?,
             db,
+            writeback: writeback::Writeback::start(&dir.join("db")),
         };
         match storage.meta.get(meta_key::FORMAT_VERSION)? {
             None => {
