@@ -1,12 +1,12 @@
 //! `etcdserverpb.Watch`: one bidirectional stream carrying many watches.
 //!
-//! Per stream, a receive task handles create/cancel/progress requests and a send task turns
-//! hub messages into `WatchResponse`s (filling headers, looking up `prev_kv`, fragmenting), in
-//! one ordered pipeline. Streams opened with `hasleader` end with `etcdserver: no leader` when
+//! Per stream, a receive task handles create/cancel/progress requests, and the response stream
+//! itself turns hub messages into `WatchResponse`s (filling headers, looking up `prev_kv`,
+//! fragmenting) when the connection polls it: no task or channel between the hub and HTTP/2. Streams opened with `hasleader` end with `etcdserver: no leader` when
 //! the member loses its leader; every stream ends with `etcdserver: server stopped` on shutdown,
 //! so clients resume elsewhere from the last revision they saw.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -14,7 +14,6 @@ use std::sync::Arc;
 use futures::Stream;
 use prost::Message;
 use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::{fill_header, require_leader, status::status, Context, HAS_LEADER_KEY};
@@ -66,10 +65,13 @@ impl Watch for WatchService {
         let node = self.ctx.node.clone();
         let stream = node.hub().new_stream();
         let (msg_tx, msg_rx) = mpsc::channel(STREAM_BUFFER);
-        let (out_tx, out_rx) = mpsc::channel(16);
         tokio::spawn(receive(node.clone(), stream, req.into_inner(), msg_tx));
-        tokio::spawn(send(node, msg_rx, out_tx, needs_leader, self.stop.clone()));
-        Ok(Response::new(Box::pin(ReceiverStream::new(out_rx))))
+        Ok(Response::new(responses(
+            node,
+            msg_rx,
+            needs_leader,
+            self.stop.clone(),
+        )))
     }
 }
 
@@ -205,39 +207,75 @@ fn create(
     None
 }
 
-/// Turns hub messages into responses until the stream ends, the member loses its leader (for
-/// `hasleader` streams) or the server stops.
-async fn send(
+/// What the response stream of one watch stream carries between polls.
+struct Outgoing {
     node: Arc<RaftNode>,
-    mut rx: mpsc::Receiver<StreamMsg>,
-    out: mpsc::Sender<Result<WatchResponse, Status>>,
+    rx: mpsc::Receiver<StreamMsg>,
+    /// Fragments of a message not yet sent.
+    pending: VecDeque<WatchResponse>,
+    leader_check: Option<tokio::time::Interval>,
+    stop: watch::Receiver<bool>,
+    /// Set once the closing error is out: the next poll ends the stream.
+    ended: bool,
+    _open: StreamGauge,
+}
+
+/// The responses of one stream: hub messages turned into responses until the stream ends, the
+/// member loses its leader (for `hasleader` streams) or the server stops.
+fn responses(
+    node: Arc<RaftNode>,
+    rx: mpsc::Receiver<StreamMsg>,
     needs_leader: bool,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut leader_check = tokio::time::interval(node.election_timeout());
+    stop: watch::Receiver<bool>,
+) -> WatchOut {
     metrics::WATCH_STREAMS.fetch_add(1, Ordering::Relaxed);
-    let _open = StreamGauge;
-    loop {
-        tokio::select! {
-            msg = rx.recv() => {
-                let Some(msg) = msg else { return };
-                for resp in respond(&node, msg) {
-                    if out.send(Ok(resp)).await.is_err() {
-                        return;
-                    }
-                }
-            }
-            _ = leader_check.tick(), if needs_leader => {
-                if node.leader().is_none() {
-                    let _ = out.send(Err(status(Error::NoLeader))).await;
-                    return;
-                }
-            }
-            _ = stop.changed() => {
-                let _ = out.send(Err(status(Error::Stopped))).await;
-                return;
-            }
+    let state = Outgoing {
+        leader_check: needs_leader.then(|| tokio::time::interval(node.election_timeout())),
+        node,
+        rx,
+        pending: VecDeque::new(),
+        stop,
+        ended: false,
+        _open: StreamGauge,
+    };
+    Box::pin(futures::stream::unfold(state, |mut s| async move {
+        if let Some(resp) = s.pending.pop_front() {
+            return Some((Ok(resp), s));
         }
+        if s.ended {
+            return None;
+        }
+        loop {
+            let end = tokio::select! {
+                msg = s.rx.recv() => {
+                    let mut resps = respond(&s.node, msg?).into_iter();
+                    if let Some(first) = resps.next() {
+                        s.pending.extend(resps);
+                        return Some((Ok(first), s));
+                    }
+                    continue;
+                }
+                _ = tick(&mut s.leader_check) => {
+                    if s.node.leader().is_some() {
+                        continue;
+                    }
+                    Error::NoLeader
+                }
+                _ = s.stop.changed() => Error::Stopped,
+            };
+            s.ended = true;
+            return Some((Err(status(end)), s));
+        }
+    }))
+}
+
+/// The next tick of `check`, or never when there is none.
+async fn tick(check: &mut Option<tokio::time::Interval>) {
+    match check {
+        Some(interval) => {
+            interval.tick().await;
+        }
+        None => std::future::pending().await,
     }
 }
 
