@@ -179,21 +179,23 @@ def compare(args, out: list[str]) -> None:
                     f"{c['server_peak_rss_bytes'] / 2**20:.0f} |")
             out.append(line)
             print(line, flush=True)
-        fixed = [w for w in ("put", "range", "txn-cas", "mixed") if w in args.workloads]
+        fixed = [w for w in ("put", "range", "txn-cas", "mixed", "watch") if w in args.workloads]
         if not fixed:
             continue
         out.append(f"\n### {n} node{'s' if n > 1 else ''}: p99 at a fixed offered load (half of etcd's throughput)\n")
         out.append("| workload | offered ops/s | etcd p99 ms | Concord p99 ms | ratio |")
         out.append("|---|---|---|---|---|")
         for w in fixed:
-            rate = max(1, int(saturation[w] / 2))
+            # watch: --rate paces the one writer's puts, and each put is one event per watcher
+            per_op = args.watchers if w == "watch" else 1
+            rate = max(1, int(saturation[w] / 2 / per_op))
             runs = {"etcd": [], "concord": []}
             for _ in range(args.rounds):
                 for label, binary in servers:
                     runs[label].append(one_run(args, binary, label, n, w, ["--rate", str(rate)]))
             e = statistics.median(r["p99_ms"] for r in runs["etcd"])
             c = statistics.median(r["p99_ms"] for r in runs["concord"])
-            line = f"| {w} | {rate} | {e:.2f} | {c:.2f} | {ratio(c, e)} |"
+            line = f"| {w} | {rate * per_op} | {e:.2f} | {c:.2f} | {ratio(c, e)} |"
             out.append(line)
             print(line, flush=True)
 
