@@ -81,22 +81,30 @@ pub static BACKEND_COMMIT: Histogram = Histogram::new(DISK_BUCKETS);
 pub static LEADER_CHANGES: AtomicU64 = AtomicU64::new(0);
 /// `etcd_network_peer_round_trip_time_seconds`, by peer: Raft message round trips.
 static PEER_RTT: Mutex<BTreeMap<u64, Histogram>> = Mutex::new(BTreeMap::new());
-/// gRPC server counters by method path (`/etcdserverpb.KV/Range`): started, handled by code.
-static GRPC: Mutex<BTreeMap<String, GrpcCounts>> = Mutex::new(BTreeMap::new());
+include!(concat!(env!("OUT_DIR"), "/grpc_methods.rs"));
+
+/// gRPC server counters of each method in [`GRPC_METHODS`], at the same index. Only served
+/// methods are counted (as grpc-go's interceptors never see an unknown one): a client cannot
+/// grow the metrics by calling made-up paths, and counting takes no lock.
+static GRPC: [GrpcCounts; GRPC_METHODS.len()] = [const { GrpcCounts::new() }; GRPC_METHODS.len()];
+
+/// gRPC status codes (0 OK to 16 Unauthenticated).
+const GRPC_CODES: usize = 17;
 
 /// What `/metrics` reports of one gRPC method.
 struct GrpcCounts {
-    started: u64,
-    handled: BTreeMap<&'static str, u64>,
+    started: AtomicU64,
+    /// Handled calls by status code.
+    handled: [AtomicU64; GRPC_CODES],
     /// `grpc_server_handling_seconds`: time to the answer (to the start of a stream's).
     latency: Histogram,
 }
 
-impl Default for GrpcCounts {
-    fn default() -> Self {
+impl GrpcCounts {
+    const fn new() -> Self {
         GrpcCounts {
-            started: 0,
-            handled: BTreeMap::new(),
+            started: AtomicU64::new(0),
+            handled: [const { AtomicU64::new(0) }; GRPC_CODES],
             latency: Histogram::new(GRPC_BUCKETS),
         }
     }
@@ -128,18 +136,30 @@ pub fn observe_peer_rtt(to: u64, d: Duration) {
         .observe(d);
 }
 
-/// Records a gRPC call starting (`code` None) or handled with `code` after `took`, for a
-/// `path` such as `/etcdserverpb.KV/Range`.
-pub fn record_grpc(path: &str, code: Option<(&'static str, Duration)>) {
-    let mut all = locked(&GRPC);
-    let counts = match all.get_mut(path) {
-        Some(c) => c,
-        None => all.entry(path.to_string()).or_default(),
+/// The counters of the method at `path` (such as `/etcdserverpb.KV/Range`), if the server
+/// serves it.
+pub fn grpc_method(path: &str) -> Option<usize> {
+    GRPC_METHODS.binary_search(&path).ok()
+}
+
+/// Records a call of method `method` (from [`grpc_method`]) starting (`code` None) or handled
+/// with status `code` after `took`.
+pub fn record_grpc(method: usize, code: Option<(i32, Duration)>) {
+    let Some(counts) = GRPC.get(method) else {
+        return;
     };
     match code {
-        None => counts.started += 1,
-        Some((c, took)) => {
-            *counts.handled.entry(c).or_default() += 1;
+        None => {
+            counts.started.fetch_add(1, Ordering::Relaxed);
+        }
+        Some((code, took)) => {
+            let slot = usize::try_from(code)
+                .ok()
+                .and_then(|c| counts.handled.get(c));
+            // An out-of-range code counts as Unknown (2), as grpc-go reports it.
+            if let Some(n) = slot.or(counts.handled.get(2)) {
+                n.fetch_add(1, Ordering::Relaxed);
+            }
             counts.latency.observe(took);
         }
     }
@@ -319,22 +339,33 @@ fn grpc_labels(path: &str) -> (&'static str, &str, &str) {
 }
 
 fn render_grpc(out: &mut String) {
-    let all = locked(&GRPC);
+    let used: Vec<(&str, &GrpcCounts)> = GRPC_METHODS
+        .iter()
+        .zip(GRPC.iter())
+        .filter(|(_, c)| c.started.load(Ordering::Relaxed) > 0)
+        .map(|(p, c)| (*p, c))
+        .collect();
     let _ = writeln!(out, "# HELP grpc_server_started_total Total number of RPCs started on the server.\n# TYPE grpc_server_started_total counter");
-    for (path, c) in all.iter() {
+    for (path, c) in &used {
         let (kind, service, method) = grpc_labels(path);
-        let _ = writeln!(out, "grpc_server_started_total{{grpc_method=\"{method}\",grpc_service=\"{service}\",grpc_type=\"{kind}\"}} {}", c.started);
+        let started = c.started.load(Ordering::Relaxed);
+        let _ = writeln!(out, "grpc_server_started_total{{grpc_method=\"{method}\",grpc_service=\"{service}\",grpc_type=\"{kind}\"}} {started}");
     }
     let _ = writeln!(out, "# HELP grpc_server_handled_total Total number of RPCs completed on the server, regardless of success or failure.\n# TYPE grpc_server_handled_total counter");
-    for (path, c) in all.iter() {
+    for (path, c) in &used {
         let (kind, service, method) = grpc_labels(path);
-        for (code, n) in &c.handled {
+        for (code, n) in c.handled.iter().enumerate() {
+            let n = n.load(Ordering::Relaxed);
+            if n == 0 {
+                continue;
+            }
+            let code = grpc_code_name(i32::try_from(code).unwrap_or(2));
             let _ = writeln!(out, "grpc_server_handled_total{{grpc_code=\"{code}\",grpc_method=\"{method}\",grpc_service=\"{service}\",grpc_type=\"{kind}\"}} {n}");
         }
     }
     let name = "grpc_server_handling_seconds";
     let _ = writeln!(out, "# HELP {name} Histogram of response latency (seconds) of gRPC that had been application-level handled by the server.\n# TYPE {name} histogram");
-    for (path, c) in all.iter() {
+    for (path, c) in &used {
         let (kind, service, method) = grpc_labels(path);
         let labels =
             format!("grpc_method=\"{method}\",grpc_service=\"{service}\",grpc_type=\"{kind}\",");
@@ -345,6 +376,28 @@ fn render_grpc(out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_served_grpc_methods_are_counted() {
+        assert_eq!(grpc_method("/foo.Bar/Baz"), None);
+        assert_eq!(grpc_method("/etcdserverpb.KV/Bogus"), None);
+        let Some(m) = grpc_method("/etcdserverpb.Maintenance/Downgrade") else {
+            panic!("Downgrade is a served method");
+        };
+        record_grpc(m, None);
+        record_grpc(m, Some((9, Duration::from_millis(2))));
+        record_grpc(m, Some((99, Duration::from_millis(2))));
+        let mut out = String::new();
+        render_grpc(&mut out);
+        let labels = "grpc_method=\"Downgrade\",grpc_service=\"etcdserverpb.Maintenance\",grpc_type=\"unary\"";
+        assert!(out.contains(&format!("grpc_server_started_total{{{labels}}} 1")));
+        for code in ["FailedPrecondition", "Unknown"] {
+            let line = format!("grpc_server_handled_total{{grpc_code=\"{code}\",{labels}}} 1");
+            assert!(out.contains(&line), "{line} missing in {out}");
+        }
+        assert!(out.contains(&format!("grpc_server_handling_seconds_count{{{labels}}} 2")));
+        assert!(!out.contains("foo.Bar"));
+    }
 
     #[test]
     fn renders_etcd_names_and_cumulative_buckets() {

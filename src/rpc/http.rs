@@ -174,8 +174,11 @@ where
         // grpc_server_started_total / grpc_server_handled_total: the code is in the response
         // headers for errors (trailers-only answers), else the call succeeded (streams: as
         // far as their start).
-        let path = req.uri().path().to_string();
-        metrics::record_grpc(&path, None);
+        let Some(method) = metrics::grpc_method(req.uri().path()) else {
+            // Not a method this server has: tonic answers Unimplemented; nothing to count.
+            return Box::pin(self.inner.call(req));
+        };
+        metrics::record_grpc(method, None);
         let started = std::time::Instant::now();
         let call = self.inner.call(req);
         Box::pin(async move {
@@ -186,8 +189,7 @@ where
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0);
-            let handled = (metrics::grpc_code_name(code), started.elapsed());
-            metrics::record_grpc(&path, Some(handled));
+            metrics::record_grpc(method, Some((code, started.elapsed())));
             Ok(resp)
         })
     }
