@@ -48,21 +48,16 @@ impl QuotaMeter {
     pub fn size(self: &Arc<Self>) -> u64 {
         let now = self.now_ms();
         let measured = self.measured_ms.load(Relaxed);
-        if measured == 0 {
-            self.measure(now);
-        } else if now.saturating_sub(measured) >= MEASURE_EVERY_MS
-            && !self.measuring.swap(true, Relaxed)
-        {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                let meter = Arc::clone(self);
-                runtime.spawn_blocking(move || {
-                    meter.measure(meter.now_ms());
-                    meter.measuring.store(false, Relaxed);
-                });
-            } else {
-                // Outside a runtime (not the request path): measure here.
-                self.measure(now);
-                self.measuring.store(false, Relaxed);
+        let stale = measured == 0 || now.saturating_sub(measured) >= MEASURE_EVERY_MS;
+        // One measurement at a time: two would both subtract the same admitted bytes.
+        if stale && !self.measuring.swap(true, Relaxed) {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) if measured != 0 => {
+                    let meter = Arc::clone(self);
+                    runtime.spawn_blocking(move || meter.measure());
+                }
+                // The first measurement (or one outside a runtime) is taken in place.
+                _ => self.measure(),
             }
         }
         self.size.load(Relaxed) + self.pending.load(Relaxed)
@@ -78,14 +73,15 @@ impl QuotaMeter {
         self.measured_ms.store(0, Relaxed);
     }
 
-    /// Takes a measurement. Until it is stored, readers keep seeing the old size plus every
-    /// admitted byte; bytes admitted while it runs stay counted (perhaps twice: the quota errs
-    /// towards refusing, never towards passing).
-    fn measure(&self, now: u64) {
-        self.measured_ms.store(now.max(1), Relaxed);
+    /// Takes a measurement and ends the one in flight. Until it is stored, readers keep seeing
+    /// the old size plus every admitted byte; bytes admitted while it runs stay counted (perhaps
+    /// twice: the quota errs towards refusing, never towards passing).
+    fn measure(&self) {
+        self.measured_ms.store(self.now_ms().max(1), Relaxed);
         let counted = self.pending.load(Relaxed);
         self.size.store(self.storage.state_size(), Relaxed);
         self.pending.fetch_sub(counted, Relaxed);
+        self.measuring.store(false, Relaxed);
     }
 
     fn now_ms(&self) -> u64 {
@@ -112,6 +108,26 @@ mod tests {
         // measurement (here: nothing was written, so they are simply gone).
         meter.invalidate();
         assert_eq!(meter.size(), storage.state_size());
+        Ok(())
+    }
+
+    #[test]
+    fn a_measurement_in_flight_is_not_doubled() -> StorageResult<()> {
+        let dir = tempfile::tempdir().map_err(|e| crate::storage::StorageError(e.to_string()))?;
+        let storage = Storage::open(dir.path())?;
+        let meter = QuotaMeter::new(storage.clone());
+        let measured = meter.size();
+        meter.admit(500);
+        // A background measurement is running; an invalidation (a defragment) must not start a
+        // second one, which would subtract the same admitted bytes again.
+        meter.measuring.store(true, Relaxed);
+        meter.invalidate();
+        assert_eq!(meter.size(), measured + 500);
+        assert_eq!(meter.pending.load(Relaxed), 500);
+        // The running one finishes and counts the admitted bytes as measured.
+        meter.measure();
+        assert_eq!(meter.pending.load(Relaxed), 0);
+        assert!(!meter.measuring.load(Relaxed));
         Ok(())
     }
 }
