@@ -98,6 +98,7 @@ impl MvccStore {
             storage: &self.storage,
             state: self.state.write().map_err(|_| poisoned())?,
             raised: &self.raised,
+            alarms_changed: false,
             staged: BTreeMap::new(),
             sub: 0,
             dirty: false,
@@ -513,8 +514,10 @@ impl KvTxn for ReadTxn<'_> {
 pub struct WriteTxn<'a> {
     storage: &'a Storage,
     state: RwLockWriteGuard<'a, State>,
-    /// The store's published alarm bits, updated by [`WriteTxn::commit`].
+    /// The store's published alarm bits, updated by [`WriteTxn::commit`] when this batch
+    /// raised or cleared an alarm.
     raised: &'a AtomicU64,
+    alarms_changed: bool,
     /// Writes of this batch by keyspace and key (`None` deletes), readable before commit and
     /// written as one fjall batch by [`WriteTxn::commit`].
     staged: BTreeMap<(Space, Vec<u8>), Option<Vec<u8>>>,
@@ -629,6 +632,7 @@ impl WriteTxn<'_> {
             self.state.alarms.remove(&(member, alarm))
         };
         if changed {
+            self.alarms_changed = true;
             let key = alarm_key(member, alarm);
             self.staged.insert((Space::Meta, key), on.then(Vec::new));
         }
@@ -664,8 +668,10 @@ impl WriteTxn<'_> {
             }
         }
         batch.commit()?;
-        self.raised
-            .store(alarm_bits(&self.state.alarms), Ordering::Release);
+        if self.alarms_changed {
+            self.raised
+                .store(alarm_bits(&self.state.alarms), Ordering::Release);
+        }
         Ok(self.events)
     }
 }
