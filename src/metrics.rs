@@ -139,7 +139,7 @@ pub fn observe_peer_rtt(to: u64, d: Duration) {
 /// The counters of the method at `path` (such as `/etcdserverpb.KV/Range`), if the server
 /// serves it.
 pub fn grpc_method(path: &str) -> Option<usize> {
-    GRPC_METHODS.binary_search(&path).ok()
+    GRPC_METHODS.binary_search_by_key(&path, |(p, _)| p).ok()
 }
 
 /// Records a call of method `method` (from [`grpc_method`]) starting (`code` None) or handled
@@ -324,36 +324,29 @@ pub fn render(s: &Snapshot) -> String {
     out
 }
 
-/// (type, service, method) of a gRPC method path.
-fn grpc_labels(path: &str) -> (&'static str, &str, &str) {
-    let (service, method) = path
-        .trim_start_matches('/')
+/// (service, method) of a gRPC method path.
+fn grpc_labels(path: &str) -> (&str, &str) {
+    path.trim_start_matches('/')
         .split_once('/')
-        .unwrap_or(("unknown", path));
-    let kind = match method {
-        "Watch" | "LeaseKeepAlive" => "bidi_stream",
-        "Snapshot" | "Observe" | "RangeStream" => "server_stream",
-        _ => "unary",
-    };
-    (kind, service, method)
+        .unwrap_or(("unknown", path))
 }
 
 fn render_grpc(out: &mut String) {
-    let used: Vec<(&str, &GrpcCounts)> = GRPC_METHODS
+    let used: Vec<(&str, &str, &GrpcCounts)> = GRPC_METHODS
         .iter()
         .zip(GRPC.iter())
         .filter(|(_, c)| c.started.load(Ordering::Relaxed) > 0)
-        .map(|(p, c)| (*p, c))
+        .map(|((path, kind), c)| (*path, *kind, c))
         .collect();
     let _ = writeln!(out, "# HELP grpc_server_started_total Total number of RPCs started on the server.\n# TYPE grpc_server_started_total counter");
-    for (path, c) in &used {
-        let (kind, service, method) = grpc_labels(path);
+    for (path, kind, c) in &used {
+        let (service, method) = grpc_labels(path);
         let started = c.started.load(Ordering::Relaxed);
         let _ = writeln!(out, "grpc_server_started_total{{grpc_method=\"{method}\",grpc_service=\"{service}\",grpc_type=\"{kind}\"}} {started}");
     }
     let _ = writeln!(out, "# HELP grpc_server_handled_total Total number of RPCs completed on the server, regardless of success or failure.\n# TYPE grpc_server_handled_total counter");
-    for (path, c) in &used {
-        let (kind, service, method) = grpc_labels(path);
+    for (path, kind, c) in &used {
+        let (service, method) = grpc_labels(path);
         for (code, n) in c.handled.iter().enumerate() {
             let n = n.load(Ordering::Relaxed);
             if n == 0 {
@@ -365,8 +358,8 @@ fn render_grpc(out: &mut String) {
     }
     let name = "grpc_server_handling_seconds";
     let _ = writeln!(out, "# HELP {name} Histogram of response latency (seconds) of gRPC that had been application-level handled by the server.\n# TYPE {name} histogram");
-    for (path, c) in &used {
-        let (kind, service, method) = grpc_labels(path);
+    for (path, kind, c) in &used {
+        let (service, method) = grpc_labels(path);
         let labels =
             format!("grpc_method=\"{method}\",grpc_service=\"{service}\",grpc_type=\"{kind}\",");
         c.latency.render_series(out, name, &labels);
@@ -376,6 +369,30 @@ fn render_grpc(out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grpc_types_come_from_the_protos() {
+        let kind = |path: &str| {
+            grpc_method(path)
+                .and_then(|i| GRPC_METHODS.get(i))
+                .map(|m| m.1)
+        };
+        assert_eq!(kind("/etcdserverpb.KV/Range"), Some("unary"));
+        assert_eq!(kind("/etcdserverpb.Watch/Watch"), Some("bidi_stream"));
+        assert_eq!(
+            kind("/etcdserverpb.Lease/LeaseKeepAlive"),
+            Some("bidi_stream")
+        );
+        assert_eq!(
+            kind("/etcdserverpb.Maintenance/Snapshot"),
+            Some("server_stream")
+        );
+        assert_eq!(
+            kind("/v3electionpb.Election/Observe"),
+            Some("server_stream")
+        );
+        assert_eq!(kind("/grpc.health.v1.Health/Watch"), Some("server_stream"));
+    }
 
     #[test]
     fn only_served_grpc_methods_are_counted() {
