@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::route::Leader;
 use super::RaftNode;
 use crate::apply::{Command, Op};
 use crate::error::{Error, Result};
@@ -37,7 +38,7 @@ impl RaftNode {
     pub async fn lease_renew(&self, id: i64) -> Result<i64> {
         let deadline = tokio::time::Instant::now() + self.options.request_timeout;
         loop {
-            match self.try_lease_renew(id).await {
+            match self.try_lease_renew(id, deadline).await {
                 Err(Error::NoLeader | Error::LeaderChanged | Error::Timeout) => {
                     if tokio::time::Instant::now() >= deadline {
                         return Err(Error::Timeout);
@@ -49,18 +50,13 @@ impl RaftNode {
         }
     }
 
-    async fn try_lease_renew(&self, id: i64) -> Result<i64> {
-        match self.leader() {
-            None => Err(Error::NoLeader),
-            Some(l) if l == self.id => self.renew_on_leader(id).await,
-            Some(l) => {
-                let addr = self.leader_addr(l).ok_or(Error::NoLeader)?;
-                let mut client = self.peers.client(&addr).map_err(|_| Error::NoLeader)?;
-                let reply = client
-                    .lease_renew(LeaseKeepAliveRequest { id })
-                    .await
-                    .map_err(|_| Error::NoLeader)?
-                    .into_inner();
+    async fn try_lease_renew(&self, id: i64, deadline: tokio::time::Instant) -> Result<i64> {
+        match self.live_leader(deadline).await? {
+            Leader::Local => self.renew_on_leader(id).await,
+            Leader::Remote(l, mut client) => {
+                let reply = self
+                    .on_leader(l, client.lease_renew(LeaseKeepAliveRequest { id }))
+                    .await?;
                 match reply.error {
                     0 => Ok(reply.ttl),
                     code => Err(Error::from_code(code)),
@@ -116,17 +112,11 @@ impl RaftNode {
         &self,
         req: LeaseTimeToLiveRequest,
     ) -> Result<LeaseTimeToLiveResponse> {
-        match self.leader() {
-            None => Err(Error::NoLeader),
-            Some(l) if l == self.id => self.time_to_live_local(&req),
-            Some(l) => {
-                let addr = self.leader_addr(l).ok_or(Error::NoLeader)?;
-                let mut client = self.peers.client(&addr).map_err(|_| Error::NoLeader)?;
-                let reply = client
-                    .lease_time_to_live(req)
-                    .await
-                    .map_err(|_| Error::NoLeader)?
-                    .into_inner();
+        let deadline = tokio::time::Instant::now() + self.options.request_timeout;
+        match self.live_leader(deadline).await? {
+            Leader::Local => self.time_to_live_local(&req),
+            Leader::Remote(l, mut client) => {
+                let reply = self.on_leader(l, client.lease_time_to_live(req)).await?;
                 match reply.error {
                     0 => reply.response.ok_or(Error::Storage),
                     code => Err(Error::from_code(code)),

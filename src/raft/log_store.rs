@@ -247,11 +247,12 @@ impl RaftLogReader<TypeConfig> for LogStore {
     }
 }
 
-impl RaftLogStorage<TypeConfig> for LogStore {
-    type LogReader = Self;
-
-    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<u64>> {
-        let last_purged: Option<LogId<u64>> = self.read_meta(PURGED)?;
+impl LogStore {
+    /// The id of the last entry in the log (appended, maybe not yet synced), if it holds any.
+    ///
+    /// # Errors
+    /// When the log cannot be read.
+    pub fn last_log_id(&self) -> Result<Option<LogId<u64>>, StorageError<u64>> {
         let buffered = self
             .shared
             .buffer()
@@ -261,10 +262,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             Some(b) => Some(b),
             None => self.storage.last_log().map_err(read_err)?.map(|(_, b)| b),
         };
-        let last = match last_bytes {
-            Some(b) => Some(bincode::deserialize::<Entry>(&b).map_err(read_err)?.log_id),
-            None => last_purged,
-        };
+        last_bytes
+            .map(|b| Ok(bincode::deserialize::<Entry>(&b).map_err(read_err)?.log_id))
+            .transpose()
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<u64>> {
+        let last_purged: Option<LogId<u64>> = self.read_meta(PURGED)?;
+        let last = self.last_log_id()?.or(last_purged);
         Ok(LogState {
             last_purged_log_id: last_purged,
             last_log_id: last,

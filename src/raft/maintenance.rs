@@ -1,13 +1,13 @@
 //! Member-local maintenance: a consistent copy of the state for `Maintenance.Snapshot`, and
 //! leadership transfer for `MoveLeader`.
 //!
-//! openraft 0.9 has no leadership transfer, and its voters refuse to vote while they hear from
-//! a leader (the leader lease). So the leader transfers like this: it waits for the transferee to
-//! have its whole log, goes quiet (sends no appends or heartbeats) until the voters' leases have
-//! run out, then asks the transferee to campaign at once (`TimeoutNow`). The transferee's log is
-//! the longest, so it wins before any other member's election timer fires. Proposals made while
-//! quiet are not committed and end with `leader changed`, as etcd drops proposals during a
-//! transfer.
+//! openraft 0.9 has no leadership transfer. So the leader transfers like etcd: it waits for the
+//! transferee to have its whole log, goes quiet (sends no appends or heartbeats) until the
+//! transferee holds at least what every other voter holds, then asks it to campaign at once
+//! (`TimeoutNow`, which skips PreVote as etcd's forced campaign does; openraft's voters keep no
+//! lease here, see `election.rs`). The transferee's log is the longest, so it wins. Proposals
+//! made while quiet are not committed and end with `leader changed`, as etcd drops proposals
+//! during a transfer.
 
 use std::sync::atomic::Ordering;
 
@@ -81,8 +81,25 @@ impl RaftNode {
         tracing::info!(target = format!("{target:x}"), "transferring leadership");
         self.links.quiet.store(true, Ordering::SeqCst);
         let transferred = async {
-            // openraft's leader lease is the longest election timeout (twice the shortest).
-            tokio::time::sleep(self.options.election * 2 + self.options.heartbeat * 2).await;
+            // Appends in flight when the leader went quiet land; then the transferee must hold
+            // at least what every other voter holds, or they would not vote for it.
+            tokio::time::sleep(self.options.heartbeat * 2).await;
+            let mut metrics = self.raft.metrics();
+            metrics
+                .wait_for(|m| {
+                    let matched = |id: &u64| {
+                        m.replication
+                            .as_ref()
+                            .and_then(|r| r.get(id).cloned().flatten())
+                            .map(|l| l.index)
+                    };
+                    let mine = matched(&target);
+                    m.replication
+                        .as_ref()
+                        .is_some_and(|r| r.keys().all(|id| matched(id) <= mine))
+                })
+                .await
+                .map_err(|_| Error::Stopped)?;
             let mut client = self
                 .peers
                 .client(&addr)

@@ -13,6 +13,7 @@ use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
 use prost::Message;
 
+use super::route::Leader;
 use super::RaftNode;
 use crate::apply::{Command, Op};
 use crate::error::{Error, Result};
@@ -197,26 +198,32 @@ impl RaftNode {
     /// # Errors
     /// etcd's membership errors, [`Error::NoLeader`], [`Error::Timeout`].
     pub async fn change_members(&self, change: MemberChange) -> Result<(Member, Vec<Member>)> {
+        let deadline = tokio::time::Instant::now() + self.options.request_timeout * 2;
         let routed = async {
-            match self.wait_for_leader().await {
-                None => Err(Error::NoLeader),
-                Some(l) if l == self.id => self.change_members_local(change).await,
-                Some(l) => {
-                    let addr = self.leader_addr(l).ok_or(Error::NoLeader)?;
-                    let mut client = self.peers.client(&addr).map_err(|_| Error::NoLeader)?;
-                    let reply = client
-                        .change_members(change)
-                        .await
-                        .map_err(|_| Error::NoLeader)?
-                        .into_inner();
-                    if reply.error != 0 {
-                        return Err(Error::from_code(reply.error));
+            loop {
+                match self.live_leader(deadline).await? {
+                    Leader::Local => return self.change_members_local(change).await,
+                    Leader::Remote(l, mut client) => {
+                        match self
+                            .on_leader(l, client.change_members(change.clone()))
+                            .await
+                        {
+                            Err(Error::NoLeader) => {
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
+                            Err(e) => return Err(e),
+                            Ok(reply) if reply.error != 0 => {
+                                return Err(Error::from_code(reply.error))
+                            }
+                            Ok(reply) => {
+                                return Ok((reply.member.unwrap_or_default(), reply.members))
+                            }
+                        }
                     }
-                    Ok((reply.member.unwrap_or_default(), reply.members))
                 }
             }
         };
-        tokio::time::timeout(self.options.request_timeout * 2, routed)
+        tokio::time::timeout_at(deadline, routed)
             .await
             .map_err(|_| Error::Timeout)?
     }

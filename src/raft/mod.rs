@@ -7,6 +7,7 @@
 // openraft's storage traits fix `StorageError` (224 bytes) as the error type.
 #![allow(clippy::result_large_err)]
 
+mod election;
 mod lease;
 mod log_store;
 mod maintenance;
@@ -16,6 +17,7 @@ mod peer;
 mod propose;
 mod quota;
 mod read;
+mod route;
 mod state_machine;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -98,6 +100,10 @@ pub struct RaftNode {
     snapshot_path: std::path::PathBuf,
     /// The backend size for the space quota.
     quota: Arc<quota::QuotaMeter>,
+    /// The election timer and CheckQuorum state.
+    elector: election::Elector,
+    /// The log, read by PreVote for its last entry.
+    log: LogStore,
 }
 
 impl RaftNode {
@@ -127,6 +133,7 @@ impl RaftNode {
         )
         .map_err(|e| StorageError(e.to_string()))?;
         let log = LogStore::new(storage.clone());
+        let log_handle = log.clone();
         let election_ms = options.election.as_millis() as u64;
         let config = openraft::Config {
             cluster_name: "concord".into(),
@@ -137,6 +144,10 @@ impl RaftNode {
             // Entries kept behind a snapshot so a briefly lagging follower catches up from the
             // log rather than a full snapshot (etcd's snapshot-catchup-entries: 5000).
             max_in_snapshot_log_to_keep: options.snapshot_every.min(5000),
+            // Elections are started by `election.rs` (PreVote first), not by openraft's timer,
+            // and need no lease of openraft's: see that module.
+            enable_elect: false,
+            leader_lease: Some(0),
             ..Default::default()
         };
         let config = Arc::new(config.validate().map_err(|e| StorageError(e.to_string()))?);
@@ -146,9 +157,9 @@ impl RaftNode {
             .await
             .map_err(|e| StorageError(e.to_string()))?;
         let proposals = propose::Batcher::start(raft.clone(), options.max_request_bytes);
-        let reads =
-            read::ReadBatcher::start(raft.clone(), id, peers.clone(), options.request_timeout);
+        let (reads, read_queue) = read::ReadBatcher::new();
         let lessor = crate::lease::Lessor::new(id, options.election);
+        let (options_election, options_heartbeat) = (options.election, options.heartbeat);
         let node = Arc::new(RaftNode {
             id,
             cluster_id,
@@ -166,7 +177,11 @@ impl RaftNode {
             membership_lock: tokio::sync::Mutex::new(()),
             links,
             snapshot_path: state_machine::snapshot_path(data_dir),
+            elector: election::Elector::new(options_election, options_heartbeat),
+            log: log_handle,
         });
+        node.start_reads(read_queue);
+        node.start_elections();
         node.start_lease_expiry();
         node.count_leader_changes();
         Ok(node)
@@ -239,9 +254,21 @@ impl RaftNode {
         self.raft.metrics().borrow().current_term
     }
 
-    /// The leader this member knows of, if any.
+    /// The leader this member knows of, if any. A leader that has lost touch with a majority
+    /// for an election timeout reports none (etcd's CheckQuorum step-down), and so does a
+    /// follower whose leader has been silent that long (etcd's pre-candidate): see
+    /// `election.rs`.
     pub fn leader(&self) -> Option<u64> {
-        self.raft.metrics().borrow().current_leader
+        let leader = self.raft.metrics().borrow().current_leader;
+        let lost = if leader == Some(self.id) {
+            self.elector.quorum_lost()
+        } else {
+            self.elector.leader_lost()
+        };
+        if lost {
+            return None;
+        }
+        leader
     }
 
     /// The last applied log index.
@@ -276,9 +303,10 @@ impl RaftNode {
     pub fn metrics_snapshot(&self) -> crate::metrics::Snapshot {
         let m = self.raft.metrics().borrow().clone();
         let watch = self.hub.stats();
+        let leader = self.leader();
         crate::metrics::Snapshot {
-            has_leader: m.current_leader.is_some(),
-            is_leader: m.current_leader == Some(self.id),
+            has_leader: leader.is_some(),
+            is_leader: leader == Some(self.id),
             committed: m.last_log_index.unwrap_or(0),
             applied: m.last_applied.map_or(0, |l| l.index),
             term: m.current_term,

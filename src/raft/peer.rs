@@ -7,14 +7,16 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
+use openraft::raft::AppendEntriesResponse;
+
 use super::RaftNode;
 use crate::apply::Command;
 use crate::error::Error;
 use crate::pb::concordpb::raft_peer_server::RaftPeer;
 use crate::pb::concordpb::{
     ForwardResponse, LeaseRenewResponse, LeaseTimeToLiveReply, MemberChange, MemberChangeReply,
-    MembersReply, MembersRequest, RaftPayload, ReadIndexRequest, ReadIndexResponse,
-    TimeoutNowReply, TimeoutNowRequest,
+    MembersReply, MembersRequest, PreVoteReply, PreVoteRequest, RaftPayload, ReadIndexRequest,
+    ReadIndexResponse, TimeoutNowReply, TimeoutNowRequest,
 };
 use crate::pb::etcdserverpb::{
     HashKvRequest, HashKvResponse, LeaseKeepAliveRequest, LeaseTimeToLiveRequest,
@@ -69,6 +71,10 @@ impl RaftPeer for PeerService {
     ) -> Result<Response<RaftPayload>, Status> {
         self.check_cluster(&req)?;
         let res = self.node.raft.append_entries(decode(req)?).await;
+        // Accepted from a leader this member follows: the election timer restarts.
+        if matches!(&res, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+            self.node.elector.heard_leader();
+        }
         encode(&res)
     }
 
@@ -83,6 +89,10 @@ impl RaftPeer for PeerService {
             return Err(Status::failed_precondition(super::REMOVED_MESSAGE));
         }
         let res = self.node.raft.vote(vote).await;
+        // Granting a vote restarts the election timer, as in etcd.
+        if matches!(&res, Ok(r) if r.vote_granted) {
+            self.node.elector.restart_timer();
+        }
         encode(&res)
     }
 
@@ -140,12 +150,25 @@ impl RaftPeer for PeerService {
         Ok(Response::new(TimeoutNowReply {}))
     }
 
+    async fn pre_vote(
+        &self,
+        req: Request<PreVoteRequest>,
+    ) -> Result<Response<PreVoteReply>, Status> {
+        self.check_cluster(&req)?;
+        Ok(Response::new(self.node.pre_vote_reply(req.get_ref()).await))
+    }
+
     async fn install_snapshot(
         &self,
         req: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
         self.check_cluster(&req)?;
-        let res = self.node.raft.install_snapshot(decode(req)?).await;
+        let snapshot: openraft::raft::InstallSnapshotRequest<super::TypeConfig> = decode(req)?;
+        let vote = snapshot.vote;
+        let res = self.node.raft.install_snapshot(snapshot).await;
+        if matches!(&res, Ok(r) if r.vote == vote) {
+            self.node.elector.heard_leader();
+        }
         encode(&res)
     }
 

@@ -13,6 +13,7 @@ use openraft::error::RaftError;
 use prost::Message;
 use tokio::sync::{mpsc, oneshot};
 
+use super::route::Leader;
 use super::{Raft, RaftNode};
 use crate::apply::{Command, CommandBatch, CommandResult, Op, Outcome};
 use crate::error::{Error, Result};
@@ -22,6 +23,8 @@ use crate::error::{Error, Result};
 // clients, 1 node) when this was a setting: 1 → 26k puts/s, 2 → 23k, 8 → 18.5k (more, smaller
 // entries cost more per put in RaftCore and apply than the overlap saves). With one, the batcher
 // submits the entry itself instead of handing it to a task of its own (one task hop less).
+/// Pause before a request that could not reach a leader looks for one again.
+const RETRY: std::time::Duration = std::time::Duration::from_millis(20);
 /// Most proposals in one entry.
 const MAX_BATCH: usize = 512;
 /// Proposals queued before new ones are refused with `too many requests`, as etcd refuses
@@ -174,32 +177,25 @@ impl RaftNode {
         Err(Error::NoSpace)
     }
 
-    /// Proposes on this member when it leads, else forwards to the leader it knows. A proposal
-    /// that was appended here is never re-sent elsewhere: if leadership is lost meanwhile the
-    /// entry may still commit, so the answer is `leader changed`, as in etcd.
+    /// Proposes on this member when it leads, else forwards to the live leader, waiting for one
+    /// through an election (see `route.rs`). A proposal that may have reached a leader is never
+    /// re-sent elsewhere: if leadership is lost meanwhile the entry may still commit, so the
+    /// answer is `leader changed`, as in etcd. One that certainly did not (no connection) is
+    /// sent again to the next live leader.
     async fn route(&self, cmd: Command) -> Result<CommandResult> {
-        match self.wait_for_leader().await {
-            None => Err(Error::NoLeader),
-            Some(l) if l == self.id => self.propose_local(cmd).await,
-            Some(l) => {
-                let addr = self.leader_addr(l).ok_or(Error::NoLeader)?;
-                self.forward(&addr, cmd).await
-            }
-        }
-    }
-
-    /// The leader, waiting up to two election timeouts for one to be known (a member that just
-    /// started or just saw an election learns its leader from the first heartbeat).
-    pub(super) async fn wait_for_leader(&self) -> Option<u64> {
-        let deadline = tokio::time::Instant::now() + self.options.election * 2;
+        let deadline = tokio::time::Instant::now() + self.options.request_timeout;
         loop {
-            if let Some(l) = self.leader() {
-                return Some(l);
+            match self.live_leader(deadline).await? {
+                Leader::Local => return self.propose_local(cmd).await,
+                Leader::Remote(l, mut client) => {
+                    match self.on_leader(l, client.forward(cmd.clone())).await {
+                        Err(Error::NoLeader) => tokio::time::sleep(RETRY).await,
+                        Err(e) => return Err(e),
+                        Ok(reply) if reply.error != 0 => return Err(Error::from_code(reply.error)),
+                        Ok(reply) => return reply.result.ok_or(Error::Storage),
+                    }
+                }
             }
-            if tokio::time::Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
 
@@ -213,18 +209,5 @@ impl RaftNode {
             return Err(Error::Storage);
         }
         self.proposals.propose(cmd).await
-    }
-
-    async fn forward(&self, addr: &str, cmd: Command) -> Result<CommandResult> {
-        let mut client = self.peers.client(addr).map_err(|_| Error::NoLeader)?;
-        let reply = client
-            .forward(cmd)
-            .await
-            .map_err(|_| Error::NoLeader)?
-            .into_inner();
-        if reply.error != 0 {
-            return Err(Error::from_code(reply.error));
-        }
-        reply.result.ok_or(Error::Storage)
     }
 }

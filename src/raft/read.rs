@@ -10,8 +10,8 @@ use std::time::Duration;
 use openraft::error::{CheckIsLeaderError, RaftError};
 use tokio::sync::{mpsc, oneshot};
 
-use super::network::PeerChannels;
-use super::{leader_addr, Raft, RaftNode};
+use super::route::Leader;
+use super::{Raft, RaftNode};
 use crate::error::{Error, Result};
 use crate::pb::concordpb::ReadIndexRequest;
 
@@ -22,53 +22,20 @@ pub struct ReadBatcher {
     tx: mpsc::UnboundedSender<Waiter>,
 }
 
+/// The receiving end, handed to the task once the member exists.
+pub struct ReadQueue(mpsc::UnboundedReceiver<Waiter>);
+
 impl ReadBatcher {
-    /// Starts the batching task.
-    pub fn start(raft: Raft, id: u64, peers: Arc<PeerChannels>, timeout: Duration) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Waiter>();
-        tokio::spawn(async move {
-            while let Some(first) = rx.recv().await {
-                let mut batch = vec![first];
-                while let Ok(more) = rx.try_recv() {
-                    batch.push(more);
-                }
-                let index = tokio::time::timeout(timeout, obtain(&raft, id, &peers))
-                    .await
-                    .unwrap_or(Err(Error::Timeout));
-                for waiter in batch {
-                    let _ = waiter.send(index);
-                }
-            }
-        });
-        ReadBatcher { tx }
+    /// A batcher whose task is started later by [`RaftNode::start_reads`].
+    pub fn new() -> (Self, ReadQueue) {
+        let (tx, rx) = mpsc::unbounded_channel::<Waiter>();
+        (ReadBatcher { tx }, ReadQueue(rx))
     }
 
     async fn read_index(&self) -> Result<u64> {
         let (tx, rx) = oneshot::channel();
         self.tx.send(tx).map_err(|_| Error::Stopped)?;
         rx.await.map_err(|_| Error::Stopped)?
-    }
-}
-
-/// One confirmation round: the leader's quorum-confirmed read index.
-async fn obtain(raft: &Raft, id: u64, peers: &PeerChannels) -> Result<u64> {
-    let leader = raft.metrics().borrow().current_leader;
-    match leader {
-        None => Err(Error::NoLeader),
-        Some(l) if l == id => confirm_leadership(raft).await,
-        Some(l) => {
-            let addr = leader_addr(raft, l).ok_or(Error::NoLeader)?;
-            let mut client = peers.client(&addr).map_err(|_| Error::NoLeader)?;
-            let reply = client
-                .read_index(ReadIndexRequest {})
-                .await
-                .map_err(|_| Error::NoLeader)?
-                .into_inner();
-            match reply.error {
-                0 => Ok(reply.index),
-                code => Err(Error::from_code(code)),
-            }
-        }
     }
 }
 
@@ -85,6 +52,55 @@ async fn confirm_leadership(raft: &Raft) -> Result<u64> {
 }
 
 impl RaftNode {
+    /// Starts the batching task: each round takes every read waiting when it starts.
+    pub(super) fn start_reads(self: &Arc<Self>, queue: ReadQueue) {
+        let node = Arc::downgrade(self);
+        let mut rx = queue.0;
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut batch = vec![first];
+                while let Ok(more) = rx.try_recv() {
+                    batch.push(more);
+                }
+                let Some(node) = node.upgrade() else { return };
+                let index = node.obtain_read_index().await;
+                for waiter in batch {
+                    let _ = waiter.send(index);
+                }
+            }
+        });
+    }
+
+    /// One confirmation round: the leader's quorum-confirmed read index. Asks the live leader
+    /// (waiting through an election), and asks again when the leader changes meanwhile: a read
+    /// index is safe to ask of any leader.
+    async fn obtain_read_index(&self) -> Result<u64> {
+        let deadline = tokio::time::Instant::now() + self.options.request_timeout;
+        let round = async {
+            loop {
+                let answer = match self.live_leader(deadline).await? {
+                    Leader::Local => confirm_leadership(&self.raft).await,
+                    Leader::Remote(l, mut client) => self
+                        .on_leader(l, client.read_index(ReadIndexRequest {}))
+                        .await
+                        .and_then(|reply| match reply.error {
+                            0 => Ok(reply.index),
+                            code => Err(Error::from_code(code)),
+                        }),
+                };
+                match answer {
+                    Err(Error::NoLeader | Error::LeaderChanged) => {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    other => return other,
+                }
+            }
+        };
+        tokio::time::timeout_at(deadline, round)
+            .await
+            .unwrap_or(Err(Error::Timeout))
+    }
+
     /// On the leader, for a follower's `ReadIndex` call: the read index, from the same batched
     /// confirmation round as this member's own reads (one quorum heartbeat serves them all).
     ///

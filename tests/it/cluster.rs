@@ -69,6 +69,8 @@ pub struct Cluster {
     specs: Vec<Spec>,
     procs: Vec<Option<Child>>,
     extra_args: Vec<String>,
+    /// `--heartbeat-interval` and `--election-timeout`, in ms.
+    timing: (u64, u64),
 }
 
 impl Cluster {
@@ -102,7 +104,14 @@ impl Cluster {
             procs: specs.iter().map(|_| None).collect(),
             specs,
             extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
+            timing: (50, 500),
         })
+    }
+
+    /// Uses `heartbeat_ms` and `election_ms` for members started from now on.
+    pub fn with_timing(mut self, heartbeat_ms: u64, election_ms: u64) -> Self {
+        self.timing = (heartbeat_ms, election_ms);
+        self
     }
 
     /// The `--initial-cluster` of the bootstrapping members.
@@ -157,9 +166,9 @@ impl Cluster {
                 "--initial-cluster-state",
                 s.state,
                 "--heartbeat-interval",
-                "50",
+                &self.timing.0.to_string(),
                 "--election-timeout",
-                "500",
+                &self.timing.1.to_string(),
                 "--log-level",
                 "warn",
             ])
@@ -229,6 +238,22 @@ impl Cluster {
         if let Some(mut child) = self.procs.get_mut(i).and_then(Option::take) {
             child.kill()?;
             child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Sends `signal` (`-STOP`, `-CONT`) to member `i`.
+    pub fn signal(&self, i: usize, signal: &str) -> TestResult {
+        let child = self
+            .procs
+            .get(i)
+            .and_then(Option::as_ref)
+            .ok_or("member is not running")?;
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()?;
+        if !status.success() {
+            return Err(format!("kill {signal} failed").into());
         }
         Ok(())
     }

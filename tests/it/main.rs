@@ -2,6 +2,7 @@
 
 mod cluster;
 mod election;
+mod failover;
 mod gateway;
 mod kv_cluster;
 mod kv_single;

@@ -228,6 +228,13 @@ pub struct Config {
            default_missing_value = "true"
     )]
     pub enable_elect: bool,
+
+    /// Concord patch: how long, in milliseconds, a voter that hears from a leader refuses to vote
+    /// for anyone else (the leader lease). `None`: `election_timeout_max`, as upstream. Concord
+    /// runs etcd's PreVote round before every election it starts, which already keeps a member
+    /// that cannot win from disturbing a healthy leader, and sets 0.
+    #[clap(long)]
+    pub leader_lease: Option<u64>,
 }
 
 /// Updatable config for a raft runtime.

@@ -53,7 +53,8 @@ impl<NID: NodeId> EngineConfig<NID> {
             timer_config: time_state::Config {
                 election_timeout,
                 smaller_log_timeout: Duration::from_millis(config.election_timeout_max * 2),
-                leader_lease: Duration::from_millis(config.election_timeout_max),
+                // Concord patch: the lease may be set on its own (see `Config::leader_lease`).
+                leader_lease: Duration::from_millis(config.leader_lease.unwrap_or(config.election_timeout_max)),
             },
         }
     }

@@ -1,0 +1,105 @@
+//! Reaching the leader for a request that only the leader can serve (a write, a read index, a
+//! lease renewal, a membership change), through a leader election if one is under way.
+//!
+//! A request waits, up to its own deadline, for a leader that is alive: this member leading
+//! with a quorum, or a leader this member heard from within a few heartbeats. So a request that
+//! arrives while the leader is stopped, crashed or cut off is held and sent to the next leader
+//! (etcd holds proposals while it has no leader the same way), instead of failing at once or
+//! hanging on the silent leader's socket. A call already sent to a leader ends as soon as this
+//! member learns of another leader, so it does not outlive the leader it was sent to.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::RaftNode;
+use crate::error::{Error, Result};
+use crate::pb::concordpb::raft_peer_client::RaftPeerClient;
+use crate::transport::EagerChannel;
+
+/// How often a waiting request looks for a leader again.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Where a request goes.
+pub(super) enum Leader {
+    /// This member leads.
+    Local,
+    /// Member `id` leads; the client reaches its peer service.
+    Remote(u64, RaftPeerClient<EagerChannel>),
+}
+
+impl RaftNode {
+    /// Waits until there is a live leader (see the module doc), or `deadline`.
+    ///
+    /// # Errors
+    /// [`Error::NoLeader`] at the deadline.
+    pub(super) async fn live_leader(&self, deadline: Instant) -> Result<Leader> {
+        loop {
+            match self.leader() {
+                Some(l) if l == self.id => return Ok(Leader::Local),
+                Some(l) if self.elector.leader_alive() => {
+                    if let Some(client) = self
+                        .leader_addr(l)
+                        .and_then(|addr| self.peers.client(&addr).ok())
+                    {
+                        return Ok(Leader::Remote(l, client));
+                    }
+                }
+                _ => {}
+            }
+            if Instant::now() + POLL > deadline {
+                return Err(Error::NoLeader);
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Runs `call` on leader `leader`; ends with [`Error::LeaderChanged`] as soon as this member
+    /// knows another leader (or none). A call the transport could not deliver (no connection
+    /// to the leader) ends with [`Error::NoLeader`]: it never reached the leader and may be
+    /// sent again; any other transport failure is [`Error::LeaderChanged`] (it may have).
+    pub(super) async fn on_leader<T, F>(&self, leader: u64, call: F) -> Result<T>
+    where
+        F: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let mut metrics = self.raft.metrics();
+        let moved = metrics.wait_for(|m| m.current_leader != Some(leader));
+        tokio::select! {
+            reply = call => reply.map(tonic::Response::into_inner).map_err(|s| {
+                if undelivered(&s) {
+                    Error::NoLeader
+                } else {
+                    Error::LeaderChanged
+                }
+            }),
+            _ = moved => Err(Error::LeaderChanged),
+        }
+    }
+}
+
+/// Whether a failed peer call certainly never reached the peer: the connection could not be
+/// made (refused, unreachable, connect timeout), so nothing was sent.
+fn undelivered(status: &tonic::Status) -> bool {
+    use std::error::Error as _;
+    let mut source = status.source();
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::TimedOut
+                    | std::io::ErrorKind::HostUnreachable
+                    | std::io::ErrorKind::NetworkUnreachable
+                    | std::io::ErrorKind::AddrNotAvailable
+            ) && is_connect_error(status);
+        }
+        source = e.source();
+    }
+    false
+}
+
+/// tonic reports a failed connection attempt as `Unavailable` with hyper's connect error.
+fn is_connect_error(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::Unavailable
+}
