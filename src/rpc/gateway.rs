@@ -322,11 +322,17 @@ where
     Resp: Serialize + Send + 'static,
     Fut: Future<Output = Result<tonic::Response<tonic::Streaming<Resp>>, Status>>,
 {
-    let stream = match call.await {
+    let mut stream = match call.await {
         Ok(s) => s.into_inner(),
         Err(s) => return error(&s),
     };
-    let lines = stream.map(|item| {
+    // As grpc-gateway, the response starts with the first answer: a stream that fails before
+    // it (say, a keep-alive with no leader in time) gets an HTTP error status, not a 200.
+    let first = match stream.next().await {
+        Some(Err(s)) => return error(&s),
+        first => first,
+    };
+    let lines = futures::stream::iter(first).chain(stream).map(|item| {
         let line = match item {
             Ok(result) => serde_json::to_vec(&StreamResult { result }),
             Err(s) => serde_json::to_vec(&GatewayError::from(&s)),

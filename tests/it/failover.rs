@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use concord::pb::etcdserverpb::maintenance_client::MaintenanceClient;
 use concord::pb::etcdserverpb::StatusRequest;
 
-use crate::cluster::{put, Cluster, TestResult};
+use crate::cluster::{grant, put, Cluster, TestResult};
+use crate::gateway::post_to;
 
 /// etcd's default timing, which the target is stated in: a new leader within about two
 /// election timeouts of the old one going silent.
@@ -25,12 +26,18 @@ async fn status(c: &Cluster, m: usize) -> TestResult<(u64, u64, u64)> {
     ))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paused_leader_is_replaced_while_it_is_still_paused() -> TestResult {
+/// Three members with etcd's default timing.
+fn start() -> TestResult<Cluster> {
     let mut c = Cluster::prepare(3, &[])?.with_timing(HEARTBEAT_MS, ELECTION_MS);
     for m in 0..3 {
         c.spawn(m)?;
     }
+    Ok(c)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_leader_is_replaced_while_it_is_still_paused() -> TestResult {
+    let c = start()?;
     let old = c.wait_leader(Duration::from_secs(20)).await?;
     put(&c, old, "before", "1").await?;
     let (old_id, _, _) = status(&c, old).await?;
@@ -91,5 +98,37 @@ async fn a_paused_leader_is_replaced_while_it_is_still_paused() -> TestResult {
             "member {m}: no election after the old leader woke up"
         );
     }
+    Ok(())
+}
+
+/// A JSON gateway client (say, an HA manager keeping its leader key alive) sees its calls held
+/// through the election and answered, not failed with `no leader` at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_calls_ride_through_the_election_of_a_new_leader() -> TestResult {
+    let c = start()?;
+    let old = c.wait_leader(Duration::from_secs(20)).await?;
+    let (a, b) = ((old + 1) % 3, (old + 2) % 3);
+    let lease = grant(&c, a, 30).await?;
+    c.signal(old, "-STOP")?;
+    // Calls that arrive once the followers noticed the silence (three heartbeats). One sent to
+    // the leader just before it stopped may or may not have been applied: it ends with `leader
+    // changed` when the next leader is known (etcd answers those with a timeout).
+    tokio::time::sleep(Duration::from_millis(4 * HEARTBEAT_MS)).await;
+    let window = Duration::from_millis(3 * ELECTION_MS);
+    let body = format!(r#"{{"ID": "{lease}"}}"#);
+    let calls = async {
+        let put = post_to(&c, a, "/v3/kv/put", r#"{"key": "Zm9v", "value": "YmFy"}"#);
+        let keepalive = post_to(&c, b, "/v3/lease/keepalive", &body);
+        tokio::try_join!(put, keepalive)
+    };
+    let answered = tokio::time::timeout(window, calls).await;
+    c.signal(old, "-CONT")?;
+    let ((put_code, put), (ka_code, ka)) = answered.map_err(|_| "gateway calls not answered")??;
+    assert_eq!(put_code, 200, "{put}");
+    assert_eq!(ka_code, 200, "{ka}");
+    // A chunked body: the JSON line is the one that starts with `{`.
+    let line = ka.lines().find(|l| l.starts_with('{')).ok_or("no answer")?;
+    let ka: serde_json::Value = serde_json::from_str(line)?;
+    assert_eq!(ka["result"]["TTL"], "30", "{ka}");
     Ok(())
 }

@@ -7,9 +7,19 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use crate::cluster::{Cluster, TestResult};
 
-/// POSTs `body` to `path`; returns the status code and the body.
+/// POSTs `body` to `path` on member 0; returns the status code and the body.
 async fn post(c: &Cluster, path: &str, body: &str) -> TestResult<(u16, String)> {
-    let url = c.client_url(0)?;
+    post_to(c, 0, path, body).await
+}
+
+/// POSTs `body` to `path` on `member`; returns the status code and the body.
+pub async fn post_to(
+    c: &Cluster,
+    member: usize,
+    path: &str,
+    body: &str,
+) -> TestResult<(u16, String)> {
+    let url = c.client_url(member)?;
     let addr = url.trim_start_matches("http://");
     let mut conn = tokio::net::TcpStream::connect(addr).await?;
     let req = format!(
