@@ -170,14 +170,19 @@ impl RaftNode {
         if !voter || state == ServerState::Shutdown {
             return false;
         }
+        let waited = self.elector.timer_elapsed();
         if single {
-            // The only voter needs nobody's consent.
+            // The only voter needs nobody's consent: it campaigns at once, and again only if a
+            // campaign did not end within a timeout.
+            if state != ServerState::Follower && waited < timeout {
+                return false;
+            }
+            self.elector.restart_timer();
             if let Err(e) = self.raft.trigger().elect().await {
                 tracing::warn!(error = %e, "election trigger");
             }
             return true;
         }
-        let waited = self.elector.timer_elapsed();
         if waited < timeout {
             return false;
         }
