@@ -141,8 +141,15 @@ impl<T: tonic::transport::server::Connected> tonic::transport::server::Connected
 
 /// A connector for tonic channels (`Endpoint::connect_with_connector[_lazy]`): TCP with
 /// `TCP_NODELAY`, at most `timeout` to connect, writes coalesced.
+///
+/// `unacked`, if given, becomes the socket's `TCP_USER_TIMEOUT`: a connection whose sent data stays
+/// unacknowledged that long (the peer is cut off by a partition) is closed by the kernel, so the
+/// next request connects afresh the moment the network heals instead of waiting out TCP's
+/// exponential retransmission backoff (seconds after a few seconds of partition). A peer that is
+/// merely busy or stopped still acknowledges (its kernel does), so this never cuts it.
 pub fn connector(
     timeout: Duration,
+    unacked: Option<Duration>,
 ) -> impl tower::Service<
     http::Uri,
     Response = TokioIo<Coalesced<TcpStream>>,
@@ -163,6 +170,11 @@ pub fn connector(
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
         stream.set_nodelay(true)?;
+        if unacked.is_some() {
+            if let Err(e) = socket2::SockRef::from(&stream).set_tcp_user_timeout(unacked) {
+                tracing::debug!(error = %e, "TCP_USER_TIMEOUT not set");
+            }
+        }
         Ok(TokioIo::new(Coalesced::new(stream)))
     })
 }

@@ -447,7 +447,7 @@ pub async fn discover_identity(
     let mut last_error = String::from("no peer URLs to ask");
     loop {
         for url in peer_urls.iter().filter(|u| !own.contains(u)) {
-            let reply = match super::network::peer_channel(url) {
+            let reply = match super::network::peer_channel(url, super::network::UNACKED) {
                 Ok(ch) => crate::pb::concordpb::raft_peer_client::RaftPeerClient::new(ch)
                     .members(MembersRequest {})
                     .await

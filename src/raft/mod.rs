@@ -151,7 +151,7 @@ impl RaftNode {
             ..Default::default()
         };
         let config = Arc::new(config.validate().map_err(|e| StorageError(e.to_string()))?);
-        let peers = Arc::new(network::PeerChannels::default());
+        let peers = Arc::new(network::PeerChannels::new(options.election));
         let network = NetworkFactory::new(links.clone(), peers.clone());
         let raft = Raft::new(id, config, network, log, sm)
             .await

@@ -26,16 +26,28 @@ use super::TypeConfig;
 use crate::pb::concordpb::raft_peer_client::RaftPeerClient;
 use crate::pb::concordpb::RaftPayload;
 
-/// Opens a lazily connected gRPC channel to a peer URL (requests end with their data frame).
+/// How long sent data may stay unacknowledged on a peer connection before the kernel closes it
+/// when no election timeout is known (a member asking others for its identity at start).
+pub const UNACKED: Duration = Duration::from_secs(1);
+
+/// Opens a lazily connected gRPC channel to a peer URL (requests end with their data frame);
+/// a connection whose data stays unacknowledged for `unacked` is dropped (see
+/// [`crate::transport::connector`]).
 ///
 /// # Errors
 /// When the URL is not a valid endpoint.
-pub fn peer_channel(addr: &str) -> Result<EagerChannel, tonic::transport::Error> {
+pub fn peer_channel(
+    addr: &str,
+    unacked: Duration,
+) -> Result<EagerChannel, tonic::transport::Error> {
     Ok(eager(
         Endpoint::from_shared(addr.to_string())?
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(Duration::from_secs(5))
-            .connect_with_connector_lazy(crate::transport::connector(Duration::from_millis(500))),
+            .connect_with_connector_lazy(crate::transport::connector(
+                Duration::from_millis(500),
+                Some(unacked),
+            )),
     ))
 }
 
@@ -218,12 +230,21 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 }
 
 /// Cached channels to peers, by URL, for forwarded writes and read-index requests.
-#[derive(Default)]
 pub struct PeerChannels {
     channels: std::sync::Mutex<std::collections::HashMap<String, EagerChannel>>,
+    unacked: Duration,
 }
 
 impl PeerChannels {
+    /// Channels whose connections are dropped after `unacked` of unacknowledged data (one
+    /// election timeout: a peer cut off that long is replaced anyway).
+    pub fn new(unacked: Duration) -> Self {
+        PeerChannels {
+            channels: std::sync::Mutex::new(std::collections::HashMap::new()),
+            unacked,
+        }
+    }
+
     /// A client for the peer at `addr`, reusing its channel.
     ///
     /// # Errors
@@ -239,7 +260,7 @@ impl PeerChannels {
         if let Some(c) = map.get(addr) {
             return Ok(RaftPeerClient::new(c.clone()));
         }
-        let channel = peer_channel(addr)?;
+        let channel = peer_channel(addr, self.unacked)?;
         map.insert(addr.to_string(), channel.clone());
         Ok(RaftPeerClient::new(channel))
     }
