@@ -12,6 +12,8 @@ use concord::pb::etcdserverpb::StatusRequest;
 use concord::pb::v3lockpb::lock_client::LockClient;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::history::CallOutcome;
+
 /// How long a client waits for one answer before it counts the call as timed out.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -32,6 +34,15 @@ pub enum Outcome<T> {
 }
 
 impl<T> Outcome<T> {
+    /// How the call ended, for availability.
+    pub fn call_outcome(&self) -> CallOutcome {
+        match self {
+            Outcome::Ok(_) => CallOutcome::Ok,
+            Outcome::Err(_) => CallOutcome::Failed,
+            Outcome::Timeout => CallOutcome::Timeout,
+        }
+    }
+
     /// The answer, if there was one.
     pub fn ok(self) -> Option<T> {
         match self {

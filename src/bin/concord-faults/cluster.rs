@@ -1,5 +1,6 @@
-//! Real `concord` member processes, each in its own network namespace, with data on disk:
-//! start, `kill -9`, SIGSTOP/SIGCONT, a slow disk, and leader discovery.
+//! Real member processes (`concord`, or etcd: see `server.rs`), each in its own network
+//! namespace, with data on disk: start, `kill -9`, SIGSTOP/SIGCONT, a slow disk (Concord's
+//! failpoint; nothing on etcd), and leader discovery.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -9,6 +10,7 @@ use anyhow::{anyhow, Context, Result};
 
 use crate::client::Clients;
 use crate::net::Net;
+use crate::server::{self, Server};
 
 /// Election timing for the suite: slow enough for debug builds on 2 busy cores.
 pub const HEARTBEAT_MS: u64 = 100;
@@ -20,26 +22,33 @@ pub struct Cluster {
     /// The network the members live in.
     pub net: Net,
     dir: PathBuf,
-    server: PathBuf,
+    server: Server,
     procs: Vec<Option<Child>>,
     paused: Vec<bool>,
 }
 
 impl Cluster {
     /// Starts `members` members of a new cluster under `dir`.
-    pub fn start(net: Net, members: usize, server: &Path, dir: &Path) -> Result<Cluster> {
+    pub fn start(net: Net, members: usize, server: &Server, dir: &Path) -> Result<Cluster> {
         let mut c = Cluster {
             net,
             dir: dir.to_path_buf(),
-            server: server.to_path_buf(),
+            server: server.clone(),
             procs: (0..members).map(|_| None).collect(),
             paused: vec![false; members],
         };
         for m in 0..members {
-            std::fs::create_dir_all(c.failpoints(m))?;
+            if c.server.slow_disk() {
+                std::fs::create_dir_all(c.failpoints(m))?;
+            }
             c.spawn(m)?;
         }
         Ok(c)
+    }
+
+    /// The server the members run.
+    pub fn server(&self) -> &Server {
+        &self.server
     }
 
     /// How many members the cluster has.
@@ -72,31 +81,23 @@ impl Cluster {
             .create(true)
             .append(true)
             .open(self.dir.join(format!("m{m}.log")))?;
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.net.ns(m)])
-            .arg(&self.server)
-            .args(["--name", &format!("m{m}")])
-            .arg("--data-dir")
-            .arg(self.dir.join(format!("m{m}")))
-            .args(["--listen-client-urls", &format!("http://{ip}:2379")])
-            .args(["--advertise-client-urls", &format!("http://{ip}:2379")])
-            .args(["--listen-peer-urls", &format!("http://{ip}:2380")])
-            .args([
-                "--initial-advertise-peer-urls",
-                &format!("http://{ip}:2380"),
-            ])
-            .args(["--initial-cluster", &initial])
-            .args(["--heartbeat-interval", &HEARTBEAT_MS.to_string()])
-            .args(["--election-timeout", &ELECTION_MS.to_string()])
-            .args(["--log-level", "info"])
-            // Checkpoint leases every 2 s, so renewals race with checkpoints under faults.
-            .args(["--experimental-lease-checkpoint-interval", "2s"])
-            .env("CONCORD_FAILPOINT_DIR", self.failpoints(m))
-            .env_remove("RUST_LOG")
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.net.ns(m)]);
+        self.server.command(
+            &mut cmd,
+            &server::Member {
+                name: &format!("m{m}"),
+                ip: &ip,
+                data_dir: &self.dir.join(format!("m{m}")),
+                initial_cluster: &initial,
+                failpoints: &self.failpoints(m),
+            },
+        );
+        let child = cmd
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .context("starting concord")?;
+            .with_context(|| format!("starting {}", self.server.name()))?;
         if let Some(slot) = self.procs.get_mut(m) {
             *slot = Some(child);
         }
@@ -157,7 +158,11 @@ impl Cluster {
     }
 
     /// Makes every log fsync of member `m` take `ms` milliseconds longer (0: normal disk).
+    /// Does nothing on a server without the failpoint (etcd).
     pub fn slow_disk(&self, m: usize, ms: u64) -> Result<()> {
+        if !self.server.slow_disk() {
+            return Ok(());
+        }
         let file = self.failpoints(m).join("fsync-delay-ms");
         if ms == 0 {
             if file.exists() {

@@ -1,5 +1,9 @@
 //! What the clients saw: every operation with its invocation and completion time (µs since the
 //! run began) and its result. Checkers read only this; a failing run saves it as JSON.
+//!
+//! Beside what the checkers read, two availability records (read by `avail.rs` only): every
+//! client call with its plain outcome (ok, an error, or a timeout, which the checkers' records
+//! do not tell apart), and the dedicated write probes.
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
@@ -179,10 +183,55 @@ pub struct FaultRecord {
     pub kind: String,
     /// Which members it hit.
     pub members: Vec<usize>,
-    /// When it began.
+    /// When it began (right before the injection).
     pub start: u64,
-    /// When it was healed.
+    /// When the injection was complete (every cut in place, the process killed or stopped):
+    /// only probes sent from here on can tell whether the fault stops service.
+    pub in_place: u64,
+    /// When it was healed (right after the heal, before waiting for a leader).
     pub end: u64,
+    /// Whether anything was injected: a slow disk on a server without the failpoint (etcd)
+    /// is not.
+    pub injected: bool,
+}
+
+/// How a client call ended, for availability (the checkers read their own records).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum CallOutcome {
+    /// The server answered.
+    Ok,
+    /// An error answer (from the server or the transport).
+    Failed,
+    /// No answer within the call's deadline: indeterminate.
+    Timeout,
+}
+
+/// One client call, for availability.
+#[derive(Clone, Debug, Serialize)]
+pub struct AvailOp {
+    /// The member it was sent to.
+    pub member: usize,
+    /// What it was ("put", "get", "txn", "lease grant", ...).
+    pub kind: &'static str,
+    /// When it was sent.
+    pub call: u64,
+    /// When it ended (answer, error or deadline).
+    pub ret: u64,
+    /// How it ended.
+    pub outcome: CallOutcome,
+}
+
+/// One write probe: a put to `avail/<member>/<n>`, sent every 100 ms to every member.
+#[derive(Clone, Debug, Serialize)]
+pub struct Probe {
+    /// The member.
+    pub member: usize,
+    /// When it was sent.
+    pub call: u64,
+    /// When it ended.
+    pub ret: u64,
+    /// How it ended.
+    pub outcome: CallOutcome,
 }
 
 /// The whole history of one run.
@@ -215,6 +264,10 @@ pub struct History {
     pub minority_probes: Vec<MinorityProbe>,
     /// Faults.
     pub faults: Vec<FaultRecord>,
+    /// Every client call's plain outcome (availability only).
+    pub avail_ops: Vec<AvailOp>,
+    /// The write probes (availability only).
+    pub probes: Vec<Probe>,
     /// Problems seen outside the checkers (e.g. members that diverged or never recovered).
     pub harness_violations: Vec<String>,
 }

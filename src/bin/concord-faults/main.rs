@@ -1,24 +1,33 @@
 //! `concord-faults`: the fault-injection suite, in the spirit of Jepsen and etcd's robustness
 //! tests.
 //!
-//! It runs real `concord` members, each in its own network namespace, drives concurrent
-//! workloads over every member (registers, locks with fencing, watches, leases, unique-key
-//! writes) while a nemesis kills (`-9`), pauses (SIGSTOP), partitions (iptables in the
-//! namespaces), crashes the whole cluster and slows the disk, then checks the history:
-//! linearizability per register key, lock safety and fencing, watch order/gaps/duplicates,
-//! lease expiry, durability after a full restart, and that a cut-off minority answered nothing.
+//! It runs real `concord` members (or reference etcd members, `--etcd PATH`, with the same seed
+//! and schedule), each in its own network namespace, drives concurrent workloads over every
+//! member (registers, locks with fencing, watches, leases, unique-key writes) while a nemesis
+//! kills (`-9`), pauses (SIGSTOP), partitions (iptables in the namespaces), crashes the whole
+//! cluster and slows the disk, then checks the history: linearizability per register key, lock
+//! safety and fencing, watch order/gaps/duplicates, lease expiry, durability after a full
+//! restart, and that a cut-off minority answered nothing. It also measures availability per
+//! fault (calls answered, failed or timed out; time to the first write on every member that
+//! should serve; heal to full service) and prints it as a Markdown table per fault kind.
 //!
 //! `--mode short` (CI): every fault kind once per history, two histories. `--mode soak`: a seed
-//! sweep of random schedules. `--seed N` replays one history. Needs root, `ip` and `iptables`.
+//! sweep of random schedules. `--mode availability`: only the leader-focused faults, each kind
+//! equally often. `--mode failover`: pass/fail, a new leader and a write through every other
+//! member within 3 election timeouts of pausing or isolating the leader. `--seed N` replays one
+//! history. Needs root, `ip` and `iptables`.
 
+mod avail;
 mod check;
 mod client;
 mod cluster;
+mod failover;
 mod history;
 mod nemesis;
 mod net;
 mod rng;
 mod run;
+mod server;
 mod workload;
 
 use std::path::PathBuf;
@@ -33,13 +42,29 @@ enum Mode {
     Short,
     /// Random schedules over a seed sweep.
     Soak,
+    /// Leader-focused faults only, every such kind equally often (comparison runs).
+    Availability,
+    /// Pass/fail: failover within 3 election timeouts of pausing or isolating the leader.
+    Failover,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Short => "short",
+            Mode::Soak => "soak",
+            Mode::Availability => "availability",
+            Mode::Failover => "failover",
+        }
+    }
 }
 
 /// Command-line flags.
 #[derive(Parser, Debug)]
 #[command(about = "Concord's fault-injection suite")]
 struct Args {
-    /// short: every fault kind once per history; soak: random faults per history.
+    /// short: every fault kind once per history; soak: random faults per history;
+    /// availability: leader-focused faults only; failover: the CI failover check.
     #[arg(long, value_enum, default_value = "short")]
     mode: Mode,
     /// Replay exactly this seed (one history).
@@ -48,18 +73,24 @@ struct Args {
     /// The first seed of the sweep.
     #[arg(long, default_value_t = 1)]
     first_seed: u64,
-    /// Histories to run (default: 2 short, 10 soak).
+    /// Histories to run (default: 2 short and availability, 10 soak; failover runs one cluster).
     #[arg(long)]
     histories: Option<u64>,
-    /// Faults per history in soak mode.
-    #[arg(long, default_value_t = 12)]
-    faults: usize,
+    /// Faults per history (soak: 12 by default; availability: 7, each leader-focused kind once).
+    #[arg(long)]
+    faults: Option<usize>,
     /// Cluster size.
     #[arg(long, default_value_t = 3)]
     members: usize,
     /// The concord binary to test.
     #[arg(long, default_value = "target/debug/concord")]
     server: PathBuf,
+    /// Test this reference etcd binary instead of concord (same seeds, same schedules).
+    #[arg(long)]
+    etcd: Option<PathBuf>,
+    /// Also write the availability numbers (every fault, and the table) as JSON here.
+    #[arg(long)]
+    availability_json: Option<PathBuf>,
     /// Where runs keep their files; a failing run's directory is kept for replay.
     #[arg(long, default_value = "target/faults")]
     out: PathBuf,
@@ -79,37 +110,75 @@ async fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     net::available()?;
-    let server = std::fs::canonicalize(&args.server)?;
+    let server = match &args.etcd {
+        Some(etcd) => server::Server::etcd(etcd)?,
+        None => server::Server::concord(&args.server)?,
+    };
+    let net_id = std::process::id() % 200 + 20;
+    if let Mode::Failover = args.mode {
+        let cfg = failover::Config {
+            seed: args.seed.unwrap_or(args.first_seed),
+            members: args.members,
+            server: server.clone(),
+            dir: args.out.join("failover"),
+            net_id,
+        };
+        let results = failover::run(&cfg).await?;
+        if let Some(path) = &args.availability_json {
+            let json = serde_json::json!({
+                "server": server.name(),
+                "mode": "failover",
+                "members": args.members,
+                "scenarios": results,
+            });
+            std::fs::write(path, serde_json::to_vec_pretty(&json)?)?;
+        }
+        let passed = failover::report(&results, server.name());
+        if passed && !args.keep {
+            std::fs::remove_dir_all(&cfg.dir)?;
+        } else {
+            println!("kept {} (member logs)", cfg.dir.display());
+        }
+        if !passed {
+            std::process::exit(1);
+        }
+        return Ok(());
+    }
     let seeds: Vec<u64> = match args.seed {
         Some(s) => vec![s],
         None => {
             let n = args.histories.unwrap_or(match args.mode {
-                Mode::Short => 2,
                 Mode::Soak => 10,
+                _ => 2,
             });
             (args.first_seed..args.first_seed + n).collect()
         }
     };
-    let faults = match args.mode {
-        Mode::Short => None,
-        Mode::Soak => Some(args.faults),
+    let plan = match args.mode {
+        Mode::Soak => nemesis::Plan::Random(args.faults.unwrap_or(12)),
+        Mode::Availability => {
+            nemesis::Plan::Leader(args.faults.unwrap_or(nemesis::LEADER_FAULTS.len()))
+        }
+        Mode::Short | Mode::Failover => nemesis::Plan::EveryKind,
     };
     let (mut histories, mut violations, mut lost, mut ops, mut injected) = (0, 0, 0, 0, 0);
     let mut kinds = std::collections::BTreeSet::new();
-    for seed in seeds {
+    let mut availability = Vec::new();
+    for &seed in &seeds {
         let started = Instant::now();
         let cfg = run::RunConfig {
             seed,
             members: args.members,
-            faults,
+            plan,
             server: server.clone(),
             dir: run::run_dir(&args.out, seed),
-            net_id: (std::process::id() % 200 + 20) as u32,
+            net_id,
         };
         let (history, schedule) = run::run(&cfg).await?;
         let checking = Instant::now();
         let report = check::check(&history);
         tracing::info!(seconds = checking.elapsed().as_secs_f64(), "checked");
+        availability.extend(avail::analyze(&history, args.members));
         histories += 1;
         violations += report.violations.len();
         lost += report.lost_acked;
@@ -118,10 +187,11 @@ async fn main() -> Result<()> {
         kinds.extend(schedule.iter().map(|f| f.name()));
         let names: Vec<&str> = schedule.iter().map(|f| f.name()).collect();
         println!(
-            "seed {seed}: {} members, {} faults [{}], ops {:?}, {} violations, {} lost acked \
+            "seed {seed}: {} {} members, {} faults [{}], ops {:?}, {} violations, {} lost acked \
              writes, {} register keys undecided, {} fenced writes after lease expiry ({} \
              accepted) ({:.0} s)",
             args.members,
+            server.name(),
             schedule.len(),
             names.join(" "),
             report.ops,
@@ -145,6 +215,32 @@ async fn main() -> Result<()> {
                 cfg.dir.display()
             );
         }
+    }
+    let rows = avail::aggregate(&availability);
+    println!(
+        "\navailability ({}, {} members, --mode {}, seeds {}): calls sent during each fault; \
+         first write = fault start to the first successful probe write on each member that \
+         should serve; full service = every member wrote again after the heal\n",
+        server.name(),
+        args.members,
+        args.mode.name(),
+        seeds
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    println!("{}", avail::table(&rows, server.name()));
+    if let Some(path) = &args.availability_json {
+        let report = avail::Report {
+            server: server.name(),
+            mode: args.mode.name(),
+            members: args.members,
+            seeds: &seeds,
+            faults: &availability,
+            by_kind: &rows,
+        };
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)?;
     }
     println!(
         "fault kinds exercised: {} of {}",

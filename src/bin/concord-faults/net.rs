@@ -73,8 +73,18 @@ impl Net {
 
     /// Drops every packet `from` sends to `to`.
     pub fn cut(&self, from: usize, to: usize) -> Result<()> {
+        self.cut_many(&[from], to)
+    }
+
+    /// Drops every packet any of `from` sends to `to`: one `iptables` call, so a partition
+    /// takes effect in a few milliseconds, not one process per link.
+    fn cut_many(&self, from: &[usize], to: usize) -> Result<()> {
         let ns = self.ns(to);
-        let src = self.ip(from);
+        let src = from
+            .iter()
+            .map(|m| self.ip(*m))
+            .collect::<Vec<_>>()
+            .join(",");
         sh(&[
             "ip", "netns", "exec", &ns, "iptables", "-A", "INPUT", "-s", &src, "-j", "DROP",
         ])
@@ -82,14 +92,18 @@ impl Net {
 
     /// Cuts every link between the groups, both ways.
     pub fn partition(&self, groups: &[Vec<usize>]) -> Result<()> {
-        for (i, a) in groups.iter().enumerate() {
-            for b in groups.iter().skip(i + 1) {
-                for x in a {
-                    for y in b {
-                        self.cut(*x, *y)?;
-                        self.cut(*y, *x)?;
-                    }
-                }
+        for (i, group) in groups.iter().enumerate() {
+            let others: Vec<usize> = groups
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .flat_map(|(_, g)| g.iter().copied())
+                .collect();
+            if others.is_empty() {
+                continue;
+            }
+            for to in group {
+                self.cut_many(&others, *to)?;
             }
         }
         Ok(())

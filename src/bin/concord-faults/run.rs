@@ -1,6 +1,7 @@
-//! One run (one history): start a cluster, run every workload while the nemesis injects its
-//! schedule, heal, let the clients finish, restart the whole cluster, read the final state,
-//! and return the history for the checkers.
+//! One run (one history): start a cluster, run every workload and the availability probes
+//! while the nemesis injects its schedule, heal, let the clients finish, restart the whole
+//! cluster, read the final state, and return the history for the checkers and the
+//! availability report.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -8,12 +9,14 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use tokio::task::JoinHandle;
 
+use crate::avail::Prober;
 use crate::client::{Clients, Outcome};
 use crate::cluster::Cluster;
 use crate::history::{Clock, History, RegInput, RegOp, RegOutput};
-use crate::nemesis::{self, Fault};
+use crate::nemesis::{self, Fault, Plan};
 use crate::net::Net;
 use crate::rng::Rng;
+use crate::server::Server;
 use crate::workload::{self, Ctx};
 use concord::pb::etcdserverpb::RangeResponse;
 
@@ -23,10 +26,10 @@ pub struct RunConfig {
     pub seed: u64,
     /// Cluster size.
     pub members: usize,
-    /// `None`: every fault kind once; `Some(n)`: n random faults.
-    pub faults: Option<usize>,
-    /// The `concord` binary.
-    pub server: PathBuf,
+    /// Which faults the history gets.
+    pub plan: Plan,
+    /// The server under test.
+    pub server: Server,
     /// Where this run keeps data dirs, logs and (if it fails) its history.
     pub dir: PathBuf,
     /// Keeps concurrent suites' networks apart.
@@ -49,6 +52,7 @@ pub async fn run(cfg: &RunConfig) -> Result<(History, Vec<Fault>)> {
         .context("the new cluster elected no leader")?;
     let ctx = Ctx::new(clients, Clock::start());
     ctx.rec.get().seed = cfg.seed;
+    let prober = Prober::start(ctx.clone());
 
     let mut writers: Vec<JoinHandle<()>> = Vec::new();
     for c in 0..5 {
@@ -86,7 +90,7 @@ pub async fn run(cfg: &RunConfig) -> Result<(History, Vec<Fault>)> {
         .collect();
 
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let schedule = nemesis::schedule(&mut rng, cfg.faults);
+    let schedule = nemesis::schedule(&mut rng, cfg.plan);
     for fault in &schedule {
         tracing::info!(fault = fault.name(), "injecting");
         nemesis::inject(&mut cluster, &ctx, *fault, &mut rng).await?;
@@ -107,6 +111,7 @@ pub async fn run(cfg: &RunConfig) -> Result<(History, Vec<Fault>)> {
     tracing::info!("healed; stopping clients");
     ctx.stop();
     finish(&ctx, writers, Duration::from_secs(90), "client").await;
+    prober.stop().await;
     tracing::info!("clients stopped; settling watchers");
     settle_watchers(&ctx, &cluster, watchers).await;
     tracing::info!("final restart");

@@ -10,7 +10,7 @@ use concord::pb::etcdserverpb::{LeaseGrantRequest, LeaseKeepAliveRequest, LeaseR
 
 use super::Ctx;
 use crate::client::{bounded, Outcome, CALL_TIMEOUT};
-use crate::history::LeaseRecord;
+use crate::history::{CallOutcome, LeaseRecord};
 use crate::rng::Rng;
 
 /// How long after the faults end (and its lease became expirable) a key may linger, beyond its
@@ -23,14 +23,15 @@ const VANISH_SLACK_US: u64 = 20_000_000;
 /// Grants a lease of `ttl` seconds through member `m`: (id, TTL, safe until).
 pub async fn grant(ctx: &Ctx, m: usize, ttl: i64) -> Option<(i64, i64, u64)> {
     let call = ctx.clock.now();
-    let resp = bounded(
+    let out = bounded(
         CALL_TIMEOUT,
         ctx.clients
             .lease(m)
             .lease_grant(LeaseGrantRequest { ttl, id: 0 }),
     )
-    .await
-    .ok()?;
+    .await;
+    ctx.note(m, "lease grant", call, out.call_outcome());
+    let resp = out.ok()?;
     if resp.error.is_empty() && resp.ttl > 0 {
         Some((resp.id, resp.ttl, call + resp.ttl as u64 * 1_000_000))
     } else {
@@ -43,7 +44,15 @@ pub async fn grant(ctx: &Ctx, m: usize, ttl: i64) -> Option<(i64, i64, u64)> {
 pub async fn revoke(ctx: &Ctx, m: usize, id: i64) {
     for attempt in 0..5 {
         let mut leases = ctx.clients.lease(m + attempt);
-        match bounded(CALL_TIMEOUT, leases.lease_revoke(LeaseRevokeRequest { id })).await {
+        let call = ctx.clock.now();
+        let out = bounded(CALL_TIMEOUT, leases.lease_revoke(LeaseRevokeRequest { id })).await;
+        // "lease not found" is an answer: the lease is gone already.
+        let noted = match &out {
+            Outcome::Err(e) if e.message().contains("lease not found") => CallOutcome::Ok,
+            other => other.call_outcome(),
+        };
+        ctx.note(m + attempt, "lease revoke", call, noted);
+        match out {
             Outcome::Ok(_) => return,
             Outcome::Err(e) if e.message().contains("lease not found") => return,
             _ if ctx.aborted() => return,
@@ -66,7 +75,14 @@ pub async fn keep_alive_once(ctx: &Ctx, m: usize, id: i64) -> Option<u64> {
             .into_inner();
         stream.message().await
     };
-    match tokio::time::timeout(CALL_TIMEOUT, call).await {
+    let out = tokio::time::timeout(CALL_TIMEOUT, call).await;
+    let noted = match &out {
+        Ok(Ok(Some(_))) => CallOutcome::Ok,
+        Ok(_) => CallOutcome::Failed,
+        Err(_) => CallOutcome::Timeout,
+    };
+    ctx.note(m, "lease keep-alive", sent, noted);
+    match out {
         Ok(Ok(Some(resp))) if resp.ttl > 0 => Some(sent + resp.ttl as u64 * 1_000_000),
         Ok(Ok(Some(_))) => Some(0),
         _ => None,

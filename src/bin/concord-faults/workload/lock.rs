@@ -105,11 +105,14 @@ async fn hold_once(ctx: &Ctx, client: u32, lease: i64, safe_until: &AtomicU64, r
             lease_safe_until,
         });
     }
-    let _ = bounded(
+    let m = rng.below(n);
+    let call = ctx.clock.now();
+    let out = bounded(
         CALL_TIMEOUT,
         ctx.clients
-            .lock(rng.below(n))
+            .lock(m)
             .unlock(UnlockRequest { key: key.into() }),
     )
     .await;
+    ctx.note(m, "unlock", call, out.call_outcome());
 }

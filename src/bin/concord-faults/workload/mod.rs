@@ -1,5 +1,9 @@
 //! The concurrent client workloads. Each runs until the run stops it, spreads its requests over
 //! every member, bounds every call, and records what it saw in the shared history.
+//!
+//! Every call to a member (puts, gets, txns, lease grants, keep-alives and revokes, unlocks) is
+//! also noted with its plain outcome for the availability report (`avail.rs`); `Lock` itself is
+//! not, since how long it waits depends on the other holders, not on the cluster's health.
 
 pub mod durable;
 pub mod lease;
@@ -14,7 +18,7 @@ use std::time::Duration;
 use concord::pb::etcdserverpb::{PutRequest, RangeRequest, RangeResponse};
 
 use crate::client::{bounded, Clients, Outcome, CALL_TIMEOUT};
-use crate::history::{Clock, Recorder};
+use crate::history::{AvailOp, CallOutcome, Clock, Recorder};
 
 /// What every client task shares.
 pub struct Ctx {
@@ -84,6 +88,18 @@ impl Ctx {
         self.watch_target.store(rev, Ordering::Relaxed);
     }
 
+    /// Notes how a call to member `m`, sent at `call`, ended (availability only).
+    pub fn note(&self, m: usize, kind: &'static str, call: u64, outcome: CallOutcome) {
+        let ret = self.clock.now();
+        self.rec.get().avail_ops.push(AvailOp {
+            member: m % self.clients.len().max(1),
+            kind,
+            call,
+            ret,
+            outcome,
+        });
+    }
+
     /// A put through member `m`; the revision if acknowledged.
     pub async fn put(&self, m: usize, key: &str, value: &str, lease: i64) -> Outcome<i64> {
         let req = PutRequest {
@@ -92,7 +108,10 @@ impl Ctx {
             lease,
             ..Default::default()
         };
-        match bounded(CALL_TIMEOUT, self.clients.kv(m).put(req)).await {
+        let call = self.clock.now();
+        let out = bounded(CALL_TIMEOUT, self.clients.kv(m).put(req)).await;
+        self.note(m, "put", call, out.call_outcome());
+        match out {
             Outcome::Ok(r) => Outcome::Ok(r.header.map_or(0, |h| h.revision)),
             Outcome::Err(e) => Outcome::Err(e),
             Outcome::Timeout => Outcome::Timeout,
@@ -117,13 +136,17 @@ impl Ctx {
         range_end: Vec<u8>,
         keys_only: bool,
     ) -> Outcome<RangeResponse> {
+        let kind = if range_end.is_empty() { "get" } else { "range" };
         let req = RangeRequest {
             key,
             range_end,
             keys_only,
             ..Default::default()
         };
-        bounded(CALL_TIMEOUT, self.clients.kv(m).range(req)).await
+        let call = self.clock.now();
+        let out = bounded(CALL_TIMEOUT, self.clients.kv(m).range(req)).await;
+        self.note(m, kind, call, out.call_outcome());
+        out
     }
 }
 

@@ -105,7 +105,10 @@ pub async fn execute(ctx: &Ctx, m: usize, key: &str, input: RegInput) -> RegOutp
                 success: vec![put],
                 failure: Vec::new(),
             };
-            match bounded(CALL_TIMEOUT, ctx.clients.kv(m).txn(txn)).await {
+            let call = ctx.clock.now();
+            let out = bounded(CALL_TIMEOUT, ctx.clients.kv(m).txn(txn)).await;
+            ctx.note(m, "txn", call, out.call_outcome());
+            match out {
                 Outcome::Ok(r) => RegOutput::Cas(r.succeeded),
                 _ => RegOutput::Unknown,
             }
