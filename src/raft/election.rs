@@ -12,8 +12,8 @@
 //!
 //! So openraft's timer is off (`enable_elect: false`) and its lease is 0 (a vendored one-field
 //! patch), and this module decides when a member campaigns:
-//! - A voter that has not heard from a leader for a randomized election timeout (`[E, 2E)`, drawn
-//!   anew for every attempt, as etcd does) first asks the voters whether they would vote for it
+//! - A voter that has not heard from a leader for a randomized election timeout (`[E, 1.5E)`,
+//!   drawn anew for every attempt; etcd: `[E, 2E)`) first asks the voters whether they would vote for it
 //!   ([`RaftNode::pre_vote_reply`]): a voter says yes only if its own leader has been silent for
 //!   an election timeout and the candidate's log is at least as up to date as its own. With a
 //!   majority of yeses it campaigns through openraft; otherwise it waits another timeout and its
@@ -94,9 +94,11 @@ impl Elector {
     }
 
     /// Whether a follower's leader has been silent for an election timeout: the member then
-    /// reports no leader, as an etcd follower does once it turns pre-candidate.
+    /// reports no leader, as an etcd follower does once it turns pre-candidate, and grants
+    /// PreVotes. Half a heartbeat of slack: the followers heard the leader's last heartbeat at
+    /// slightly different times, and the first candidate must not be refused for that.
     pub fn leader_lost(&self) -> bool {
-        self.leader_silence() >= self.election
+        self.leader_silence() + self.heartbeat / 2 >= self.election
     }
 
     /// Whether this member, as leader, has lost touch with a majority.
@@ -110,14 +112,18 @@ impl Elector {
         self.leader_silence() <= (self.heartbeat * 3).min(self.election)
     }
 
-    /// A fresh randomized election timeout in `[E, 2E)`.
+    /// A fresh randomized election timeout in `[E, 1.5E)`. etcd draws from `[E, 2E)`; the
+    /// narrower spread replaces a silent leader sooner (the first of the followers' timers
+    /// decides), and PreVote keeps split votes rare: two candidates collide only if their timers
+    /// fire within one PreVote and vote round trip of each other.
     fn random_timeout(&self, seed: &mut u64) -> Duration {
         // xorshift64*: enough to spread members' timers apart.
         *seed ^= *seed << 13;
         *seed ^= *seed >> 7;
         *seed ^= *seed << 17;
-        let e = self.election.as_millis().max(1) as u64;
-        Duration::from_millis(e + seed.wrapping_mul(0x2545_f491_4f6c_dd1d) % e)
+        let e = self.election.as_millis().max(2) as u64;
+        let spread = (seed.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) % (e / 2);
+        Duration::from_millis(e + spread)
     }
 }
 
@@ -125,7 +131,7 @@ impl RaftNode {
     /// Starts the election timer task (every voter runs one; it does nothing while leading).
     pub(super) fn start_elections(self: &Arc<Self>) {
         let node = Arc::downgrade(self);
-        let tick = (self.options.heartbeat / 2).max(Duration::from_millis(5));
+        let tick = (self.options.heartbeat / 4).max(Duration::from_millis(5));
         let mut seed = self.id ^ (self.elector.origin.elapsed().as_nanos() as u64) | 1;
         tokio::spawn(async move {
             let mut timeout = match node.upgrade() {

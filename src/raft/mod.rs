@@ -152,7 +152,7 @@ impl RaftNode {
         };
         let config = Arc::new(config.validate().map_err(|e| StorageError(e.to_string()))?);
         let peers = Arc::new(network::PeerChannels::new(options.election));
-        let network = NetworkFactory::new(links.clone(), peers.clone());
+        let network = NetworkFactory::new(links.clone(), peers.clone(), options.heartbeat);
         let raft = Raft::new(id, config, network, log, sm)
             .await
             .map_err(|e| StorageError(e.to_string()))?;

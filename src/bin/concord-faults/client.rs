@@ -100,9 +100,20 @@ impl Clients {
 
     /// Member `m`'s (member id, leader id), if it answers within `limit`.
     pub async fn status(&self, m: usize, limit: Duration) -> Option<(u64, u64)> {
+        self.status_term(m, limit)
+            .await
+            .map(|(id, leader, _)| (id, leader))
+    }
+
+    /// Member `m`'s (member id, leader id, Raft term), if it answers within `limit`.
+    pub async fn status_term(&self, m: usize, limit: Duration) -> Option<(u64, u64, u64)> {
         let mut c = MaintenanceClient::new(self.channel(m));
         let resp = bounded(limit, c.status(StatusRequest {})).await.ok()?;
-        Some((resp.header.map_or(0, |h| h.member_id), resp.leader))
+        Some((
+            resp.header.map_or(0, |h| h.member_id),
+            resp.leader,
+            resp.raft_term,
+        ))
     }
 }
 

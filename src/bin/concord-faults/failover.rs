@@ -1,15 +1,17 @@
 //! `--mode failover`: a pass/fail check of leader failover for CI.
 //!
-//! Two scenarios, one after the other, on one cluster under a light load (two register
-//! clients): (a) SIGSTOP of the leader, (b) the leader isolated by a partition, both ways. Each
-//! waits for an agreed leader, injects the fault and holds it for 3 election timeouts. Before
-//! the hold ends, two things must happen:
-//! - every other member's `Maintenance.Status` names the same new leader, one of them (so the
-//!   new leader names itself);
+//! Three scenarios, one after the other, on one cluster under a light load (two register
+//! clients): (a) SIGSTOP of the leader, (b) the leader isolated by a partition, both ways, (c) a
+//! follower isolated. Each waits for an agreed leader, injects the fault and holds it for 3
+//! election timeouts. Before the hold ends, two things must happen:
+//! - (a, b) every other member's `Maintenance.Status` names the same new leader, one of them
+//!   (so the new leader names itself);
 //! - a put through each of the other members succeeds (a put is sent to each every 100 ms,
 //!   without waiting for the previous one).
 //!
-//! Then the fault is healed and the cluster must agree on a leader again within 20 s.
+//! Then the fault is healed and the cluster must agree on a leader again within 20 s. In (c)
+//! that leader must be the one from before, in the same term, two election timeouts after the
+//! heal: a member back from a partition does not depose a healthy leader (etcd's PreVote).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -43,11 +45,12 @@ pub struct Config {
     pub net_id: u32,
 }
 
-/// The two ways the leader is taken away.
+/// The ways a member is taken away.
 #[derive(Clone, Copy, Debug)]
 enum Scenario {
     Pause,
     Isolate,
+    RejoinFollower,
 }
 
 impl Scenario {
@@ -55,6 +58,7 @@ impl Scenario {
         match self {
             Scenario::Pause => "pause-leader",
             Scenario::Isolate => "isolate-leader",
+            Scenario::RejoinFollower => "rejoin-follower",
         }
     }
 }
@@ -71,9 +75,9 @@ pub struct Write {
 /// The outcome of one scenario.
 #[derive(Clone, Debug, Serialize)]
 pub struct ScenarioResult {
-    /// `pause-leader` or `isolate-leader`.
+    /// `pause-leader`, `isolate-leader` or `rejoin-follower`.
     pub scenario: &'static str,
-    /// The leader that was taken away.
+    /// The member that was taken away.
     pub faulted: Option<usize>,
     /// Whether it passed.
     pub passed: bool,
@@ -107,7 +111,7 @@ pub async fn run(cfg: &Config) -> Result<Vec<ScenarioResult>> {
         .map(|c| tokio::spawn(workload::register::run(ctx.clone(), c, rng.fork())))
         .collect();
     let mut results = Vec::new();
-    for s in [Scenario::Pause, Scenario::Isolate] {
+    for s in [Scenario::Pause, Scenario::Isolate, Scenario::RejoinFollower] {
         tracing::info!(scenario = s.name(), "failover scenario");
         results.push(scenario(&mut cluster, &ctx, &ids, s).await?);
     }
@@ -168,33 +172,53 @@ async fn scenario(
             .push("no agreed leader before the fault".into());
         return Ok(result);
     };
-    result.faulted = Some(leader);
     let n = cluster.size();
-    let others: Vec<usize> = (0..n).filter(|m| *m != leader).collect();
+    let target = match s {
+        Scenario::RejoinFollower => (leader + 1) % n,
+        _ => leader,
+    };
+    result.faulted = Some(target);
+    let term_before = ctx
+        .clients
+        .status_term(leader, Duration::from_secs(1))
+        .await;
+    let others: Vec<usize> = (0..n).filter(|m| *m != target).collect();
     let hold = Duration::from_millis(3 * ELECTION_MS);
     let start = Instant::now();
     match s {
-        Scenario::Pause => cluster.pause(leader)?,
-        Scenario::Isolate => cluster.net.partition(&[vec![leader], others.clone()])?,
+        Scenario::Pause => cluster.pause(target)?,
+        Scenario::Isolate | Scenario::RejoinFollower => {
+            cluster.net.partition(&[vec![target], others.clone()])?
+        }
     }
     let deadline = start + hold;
     let writes = others.iter().map(|m| first_write(ctx, *m, start, deadline));
-    let (agreed, writes) = tokio::join!(
-        new_leader(&ctx.clients, ids, leader, &others, start, deadline),
-        futures::future::join_all(writes)
-    );
+    let elect = async {
+        match s {
+            Scenario::RejoinFollower => None,
+            _ => new_leader(&ctx.clients, ids, leader, &others, start, deadline).await,
+        }
+    };
+    let (agreed, writes) = tokio::join!(elect, futures::future::join_all(writes));
     tokio::time::sleep_until(deadline).await;
     match s {
-        Scenario::Pause => cluster.resume(leader)?,
-        Scenario::Isolate => cluster.net.heal()?,
+        Scenario::Pause => cluster.resume(target)?,
+        Scenario::Isolate | Scenario::RejoinFollower => cluster.net.heal()?,
     }
     let hold_ms = hold.as_millis();
-    match agreed {
-        Some((m, ms)) => {
+    match (s, agreed) {
+        (Scenario::RejoinFollower, _) => {
+            tokio::time::sleep(Duration::from_millis(2 * ELECTION_MS)).await;
+            let kept = kept_leader(&ctx.clients, ids, leader, term_before, n).await;
+            if let Err(e) = kept {
+                result.failures.push(e);
+            }
+        }
+        (_, Some((m, ms))) => {
             result.new_leader = Some(m);
             result.new_leader_ms = Some(ms);
         }
-        None => result.failures.push(format!(
+        (_, None) => result.failures.push(format!(
             "no new leader agreed on by every other member within {hold_ms} ms"
         )),
     }
@@ -217,6 +241,28 @@ async fn scenario(
     }
     result.passed = result.failures.is_empty();
     Ok(result)
+}
+
+/// Whether every member names `leader` in the term it had before the fault.
+async fn kept_leader(
+    clients: &Clients,
+    ids: &[u64],
+    leader: usize,
+    before: Option<(u64, u64, u64)>,
+    n: usize,
+) -> std::result::Result<(), String> {
+    let (_, _, term) = before.ok_or("the leader's term before the fault is unknown")?;
+    let id = ids.get(leader).copied().unwrap_or(0);
+    for m in 0..n {
+        match clients.status_term(m, Duration::from_secs(1)).await {
+            Some((_, l, t)) if l == id && t == term => {}
+            Some((_, l, t)) => return Err(format!(
+                "after the heal m{m} names leader {l:x} in term {t}; before: {id:x} in term {term}"
+            )),
+            None => return Err(format!("m{m} did not answer Status after the heal")),
+        }
+    }
+    Ok(())
 }
 
 /// Polls every member of `others` until they all name the same leader, one of them (not
@@ -301,7 +347,7 @@ pub fn report(results: &[ScenarioResult], server: &str) -> bool {
             .collect();
         let verdict = if r.passed { "PASS" } else { "FAIL" };
         println!(
-            "{server} {} (leader {faulted}): {verdict}: {leader}; first write {}",
+            "{server} {} ({faulted} taken away): {verdict}: {leader}; first write {}",
             r.scenario,
             writes.join(", ")
         );
