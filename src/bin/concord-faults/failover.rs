@@ -256,9 +256,11 @@ async fn kept_leader(
     for m in 0..n {
         match clients.status_term(m, Duration::from_secs(1)).await {
             Some((_, l, t)) if l == id && t == term => {}
-            Some((_, l, t)) => return Err(format!(
+            Some((_, l, t)) => {
+                return Err(format!(
                 "after the heal m{m} names leader {l:x} in term {t}; before: {id:x} in term {term}"
-            )),
+            ))
+            }
             None => return Err(format!("m{m} did not answer Status after the heal")),
         }
     }
