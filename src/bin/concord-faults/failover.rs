@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use concord::pb::etcdserverpb::PutRequest;
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde::Serialize;
@@ -26,7 +26,6 @@ use tokio::time::Instant;
 use crate::client::{bounded, Clients, Outcome};
 use crate::cluster::{Cluster, ELECTION_MS};
 use crate::history::Clock;
-use crate::net::Net;
 use crate::rng::Rng;
 use crate::server::Server;
 use crate::workload::{self, Ctx};
@@ -93,17 +92,8 @@ pub struct ScenarioResult {
 
 /// Runs both scenarios on one new cluster.
 pub async fn run(cfg: &Config) -> Result<Vec<ScenarioResult>> {
-    if cfg.dir.exists() {
-        std::fs::remove_dir_all(&cfg.dir)?;
-    }
-    std::fs::create_dir_all(&cfg.dir)?;
-    let net = Net::create(cfg.net_id, cfg.members).context("building the network")?;
-    let mut cluster = Cluster::start(net, cfg.members, &cfg.server, &cfg.dir)?;
-    let clients = Clients::new(&cluster.client_urls())?;
-    cluster
-        .wait_leader(&clients, Duration::from_secs(30))
-        .await
-        .context("the new cluster elected no leader")?;
+    let (mut cluster, clients) =
+        crate::run::fresh_cluster(&cfg.dir, cfg.net_id, cfg.members, &cfg.server).await?;
     let ids = member_ids(&clients, cfg.members).await?;
     let ctx = Ctx::new(clients, Clock::start());
     let mut rng = Rng::new(cfg.seed);

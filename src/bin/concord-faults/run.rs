@@ -38,18 +38,9 @@ pub struct RunConfig {
 
 /// Runs one history; returns it and the faults injected.
 pub async fn run(cfg: &RunConfig) -> Result<(History, Vec<Fault>)> {
-    if cfg.dir.exists() {
-        std::fs::remove_dir_all(&cfg.dir)?;
-    }
-    std::fs::create_dir_all(&cfg.dir)?;
     let mut rng = Rng::new(cfg.seed);
-    let net = Net::create(cfg.net_id, cfg.members).context("building the network")?;
-    let mut cluster = Cluster::start(net, cfg.members, &cfg.server, &cfg.dir)?;
-    let clients = Clients::new(&cluster.client_urls())?;
-    cluster
-        .wait_leader(&clients, Duration::from_secs(30))
-        .await
-        .context("the new cluster elected no leader")?;
+    let (mut cluster, clients) =
+        fresh_cluster(&cfg.dir, cfg.net_id, cfg.members, &cfg.server).await?;
     let ctx = Ctx::new(clients, Clock::start());
     ctx.rec.get().seed = cfg.seed;
     let prober = Prober::start(ctx.clone());
@@ -126,6 +117,28 @@ pub async fn run(cfg: &RunConfig) -> Result<(History, Vec<Fault>)> {
     ctx.abort();
     let history = std::mem::take(&mut *ctx.rec.get());
     Ok((history, schedule))
+}
+
+/// A new cluster of `members` in a fresh `dir` and network, once it has elected a leader, with
+/// clients to every member.
+pub async fn fresh_cluster(
+    dir: &Path,
+    net_id: u32,
+    members: usize,
+    server: &crate::server::Server,
+) -> Result<(Cluster, Clients)> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    std::fs::create_dir_all(dir)?;
+    let net = Net::create(net_id, members).context("building the network")?;
+    let cluster = Cluster::start(net, members, server, dir)?;
+    let clients = Clients::new(&cluster.client_urls())?;
+    cluster
+        .wait_leader(&clients, Duration::from_secs(30))
+        .await
+        .context("the new cluster elected no leader")?;
+    Ok((cluster, clients))
 }
 
 fn violation(ctx: &Ctx, v: String) {
