@@ -79,6 +79,10 @@ struct Args {
     /// Faults per history (soak: 12 by default; availability: 7, each leader-focused kind once).
     #[arg(long)]
     faults: Option<usize>,
+    /// Soak mode: draw every fault of this one kind (its name as in the reports, e.g.
+    /// `crash-slow-disk`), to chase a bug that one kind exposes.
+    #[arg(long)]
+    only: Option<String>,
     /// Cluster size.
     #[arg(long, default_value_t = 3)]
     members: usize,
@@ -154,12 +158,22 @@ async fn main() -> Result<()> {
             (args.first_seed..args.first_seed + n).collect()
         }
     };
-    let plan = match args.mode {
-        Mode::Soak => nemesis::Plan::Random(args.faults.unwrap_or(12)),
-        Mode::Availability => {
+    let only = match args.only.as_deref() {
+        Some(name) => Some(
+            nemesis::Fault::ALL
+                .into_iter()
+                .find(|f| f.name() == name)
+                .ok_or_else(|| anyhow::anyhow!("no fault kind named {name}"))?,
+        ),
+        None => None,
+    };
+    let plan = match (args.mode, only) {
+        (Mode::Soak, Some(kind)) => nemesis::Plan::Only(kind, args.faults.unwrap_or(12)),
+        (Mode::Soak, None) => nemesis::Plan::Random(args.faults.unwrap_or(12)),
+        (Mode::Availability, _) => {
             nemesis::Plan::Leader(args.faults.unwrap_or(nemesis::LEADER_FAULTS.len()))
         }
-        Mode::Short | Mode::Failover => nemesis::Plan::EveryKind,
+        (Mode::Short | Mode::Failover, _) => nemesis::Plan::EveryKind,
     };
     let (mut histories, mut violations, mut lost, mut ops, mut injected) = (0, 0, 0, 0, 0);
     let mut kinds = std::collections::BTreeSet::new();

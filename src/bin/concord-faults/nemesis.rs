@@ -92,6 +92,8 @@ pub enum Plan {
     /// This many faults among [`LEADER_FAULTS`], in seed-shuffled rounds of every such kind,
     /// so each kind comes up equally often (availability mode).
     Leader(usize),
+    /// This many faults, all of one kind (soak mode with `--only`).
+    Only(Fault, usize),
 }
 
 /// The faults of one history, drawn from the seed.
@@ -114,6 +116,7 @@ pub fn schedule(rng: &mut Rng, plan: Plan) -> Vec<Fault> {
             }
             out
         }
+        Plan::Only(kind, n) => vec![kind; n],
     }
 }
 
