@@ -248,6 +248,28 @@ impl RaftLogReader<TypeConfig> for LogStore {
 }
 
 impl LogStore {
+    /// Stores this member's vote as not committed, before openraft starts (once per start).
+    ///
+    /// openraft 0.9 restores a member whose stored vote is committed for itself as leader at
+    /// once, in the same term. That is unsafe here: a leader replicates its entries before they
+    /// are durable in its own log (vendored patch 1), so after a crash its log may lack entries
+    /// of its term that followers hold, even committed ones, and as restored leader it would
+    /// append different entries under those same log ids; the followers, seeing matching ids,
+    /// would keep both histories. With the vote uncommitted the member starts as a follower and
+    /// leads again only by winning a later term, whose vote compares logs. It still votes for no
+    /// one else in its term, and it accepts appends from that term's leader.
+    ///
+    /// # Errors
+    /// When the vote cannot be read or written.
+    pub fn uncommit_vote(&self) -> Result<(), StorageError<u64>> {
+        let stored: Option<Vote<u64>> = self.read_meta(VOTE)?;
+        if let Some(mut vote) = stored.filter(|v| v.committed) {
+            vote.committed = false;
+            self.write_meta(VOTE, &vote)?;
+        }
+        Ok(())
+    }
+
     /// The id of the last entry in the log (appended, maybe not yet synced), if it holds any.
     ///
     /// # Errors

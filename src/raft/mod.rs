@@ -133,6 +133,8 @@ impl RaftNode {
         )
         .map_err(|e| StorageError(e.to_string()))?;
         let log = LogStore::new(storage.clone());
+        log.uncommit_vote()
+            .map_err(|e| StorageError(e.to_string()))?;
         let log_handle = log.clone();
         let election_ms = options.election.as_millis() as u64;
         let config = openraft::Config {

@@ -132,3 +132,28 @@ async fn gateway_calls_ride_through_the_election_of_a_new_leader() -> TestResult
     assert_eq!(ka["result"]["TTL"], "30", "{ka}");
     Ok(())
 }
+
+/// A leader restarted after a crash does not resume leading in its old term: its own log may
+/// lack entries of that term which its followers hold (it replicates before its own fsync), so
+/// it must win a new term, whose election compares logs. (openraft 0.9 restored it at once.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_full_crash_the_old_leader_does_not_resume_its_term() -> TestResult {
+    let mut c = start()?;
+    let old = c.wait_leader(Duration::from_secs(20)).await?;
+    put(&c, old, "before", "1").await?;
+    let (_, _, term) = status(&c, old).await?;
+    for m in 0..3 {
+        c.kill(m)?;
+    }
+    for m in 0..3 {
+        c.spawn(m)?;
+    }
+    let leader = c.wait_leader(Duration::from_secs(20)).await?;
+    let (_, _, now) = status(&c, leader).await?;
+    assert!(
+        now > term,
+        "a leader in term {now} after a crash in term {term}"
+    );
+    put(&c, leader, "after", "2").await?;
+    Ok(())
+}
