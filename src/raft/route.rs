@@ -78,28 +78,18 @@ impl RaftNode {
     }
 }
 
-/// Whether a failed peer call certainly never reached the peer: the connection could not be
-/// made (refused, unreachable, connect timeout), so nothing was sent.
+/// Whether a failed peer call certainly never reached the peer: the connection was refused,
+/// which only happens while connecting, so nothing was sent. (A timed-out or unreachable error
+/// can also end an established connection, e.g. `TCP_USER_TIMEOUT` on peer sockets, after the
+/// call was delivered: those are not retried, so a write is never applied twice.)
 fn undelivered(status: &tonic::Status) -> bool {
     use std::error::Error as _;
     let mut source = status.source();
     while let Some(e) = source {
         if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            return matches!(
-                io.kind(),
-                std::io::ErrorKind::ConnectionRefused
-                    | std::io::ErrorKind::TimedOut
-                    | std::io::ErrorKind::HostUnreachable
-                    | std::io::ErrorKind::NetworkUnreachable
-                    | std::io::ErrorKind::AddrNotAvailable
-            ) && is_connect_error(status);
+            return io.kind() == std::io::ErrorKind::ConnectionRefused;
         }
         source = e.source();
     }
     false
-}
-
-/// tonic reports a failed connection attempt as `Unavailable` with hyper's connect error.
-fn is_connect_error(status: &tonic::Status) -> bool {
-    status.code() == tonic::Code::Unavailable
 }
