@@ -2,12 +2,14 @@
 //!
 //! The state machine knows which leases exist and their keys (`mvcc::LeaseTable`); only the
 //! leader's [`Lessor`] knows when each expires. Keep-alives reset that deadline; an expired
-//! lease is revoked through the Raft log (`LeaseRevoke`), so every member deletes the same keys
-//! at the same revision. The leader checkpoints remaining TTLs through the log every checkpoint
-//! interval; a member that becomes leader gives every lease its checkpointed remaining TTL (or
-//! its full TTL) plus an election timeout (etcd's promotion rule). So a leader change never
-//! expires a lease early, and a lease outlives its TTL by at most one checkpoint interval plus
-//! an election timeout.
+//! lease is revoked through the Raft log (`LeaseRevoke`), proposed by that leader only and never
+//! forwarded, so it commits only in the term whose clock decided it, and every member deletes
+//! the same keys at the same revision. The leader checkpoints remaining TTLs through the log
+//! every checkpoint interval; a member that becomes leader, once it has applied its term's first
+//! entry, gives every lease its checkpointed remaining TTL (or its full TTL) plus an election
+//! timeout (etcd's promotion rule), and answers keep-alives only after that. So a leader change
+//! never expires a lease early, and a lease outlives its TTL by at most one checkpoint interval
+//! plus an election timeout.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,9 +26,29 @@ struct Deadline {
     retry_at: Option<Instant>,
 }
 
+/// What a keep-alive found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Renewal {
+    /// The deadline moved to a full TTL from now.
+    Renewed,
+    /// The lease expired (its revoke may be in flight): it cannot come back.
+    Expired,
+    /// This member has not taken over the leases for its current term yet (it was elected a
+    /// moment ago); ask again shortly.
+    NotReady,
+}
+
+/// The deadlines, and the term whose leadership they belong to.
+#[derive(Default)]
+struct State {
+    deadlines: HashMap<i64, Deadline>,
+    /// The term this member was promoted for; `None` while it does not lead.
+    term: Option<u64>,
+}
+
 /// Deadlines of the leases this member expires while it leads.
 pub struct Lessor {
-    deadlines: Mutex<HashMap<i64, Deadline>>,
+    state: Mutex<State>,
     next_id: AtomicU64,
     /// etcd's minimum TTL: 1.5 election timeouts, rounded up to whole seconds.
     pub min_ttl: i64,
@@ -44,15 +66,15 @@ impl Lessor {
         let seed = ((member_id & 0xffff) << 48) | ((now_ms << 8) & 0x0000_ffff_ffff_ff00);
         let min_ttl_ms = election.as_millis() as i64 * 3 / 2;
         Lessor {
-            deadlines: Mutex::new(HashMap::new()),
+            state: Mutex::new(State::default()),
             next_id: AtomicU64::new(seed),
             min_ttl: (min_ttl_ms + 999) / 1000,
             promotion_extension: election,
         }
     }
 
-    fn deadlines(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Deadline>> {
-        self.deadlines.lock().unwrap_or_else(|p| p.into_inner())
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A fresh, positive lease id.
@@ -70,63 +92,79 @@ impl Lessor {
         ttl.max(self.min_ttl)
     }
 
-    /// Resets a lease's deadline to `ttl` from now; `false` if it already expired. An expired
-    /// lease stays expired while its revoke is in flight: renewing it then would promise a TTL
-    /// the revoke is about to break (found by the fault suite, seed 1008).
-    pub fn renew(&self, id: i64, ttl: i64) -> bool {
+    /// The term this member took the leases over for, if it leads.
+    pub fn term(&self) -> Option<u64> {
+        self.state().term
+    }
+
+    /// Takes the leases over as leader of `term`: every lease (id, TTL to resume from) gets its
+    /// TTL plus an election timeout from now (etcd's promotion rule), whatever deadlines an
+    /// earlier leadership left behind.
+    pub fn promote(&self, term: u64, leases: &[(i64, i64)]) {
+        let at = Instant::now() + self.promotion_extension;
+        let mut s = self.state();
+        s.deadlines = leases
+            .iter()
+            .map(|(id, ttl)| {
+                let d = Deadline {
+                    at: at + secs(*ttl),
+                    retry_at: None,
+                };
+                (*id, d)
+            })
+            .collect();
+        s.term = Some(term);
+    }
+
+    /// Resets a lease's deadline to `ttl` from now, if this member was promoted for `term`. An
+    /// expired lease stays expired while its revoke is in flight: renewing it then would promise
+    /// a TTL the revoke is about to break (found by the fault suite, seed 1008). A renewal before
+    /// the promotion would be overwritten by it (with a checkpointed, shorter TTL: seed 5003), so
+    /// it waits for it.
+    pub fn renew(&self, id: i64, ttl: i64, term: u64) -> Renewal {
         let now = Instant::now();
-        let mut d = self.deadlines();
-        if d.get(&id).is_some_and(|e| e.at <= now) {
-            return false;
+        let mut s = self.state();
+        if s.term != Some(term) {
+            return Renewal::NotReady;
         }
-        d.insert(
+        if s.deadlines.get(&id).is_some_and(|e| e.at <= now) {
+            return Renewal::Expired;
+        }
+        s.deadlines.insert(
             id,
             Deadline {
                 at: now + secs(ttl),
                 retry_at: None,
             },
         );
-        true
+        Renewal::Renewed
     }
 
     /// Time left before the lease expires, if this member tracks it.
     pub fn remaining(&self, id: i64) -> Option<Duration> {
-        let d = self.deadlines();
-        d.get(&id)
+        let s = self.state();
+        s.deadlines
+            .get(&id)
             .map(|e| e.at.saturating_duration_since(Instant::now()))
     }
 
-    /// Called while leading with every existing lease: tracks new leases (full TTL from now, or
-    /// TTL plus an election timeout right after a promotion), forgets revoked ones, and returns
-    /// up to `max` expired leases, whose deadlines move `retry` ahead while their revoke is in
-    /// flight (the deadline itself stays in the past, so the lease cannot be renewed).
-    pub fn expired(
-        &self,
-        leases: &[(i64, i64)],
-        promoted: bool,
-        max: usize,
-        retry: Duration,
-    ) -> Vec<i64> {
+    /// Called while leading with every existing lease: tracks new leases (full TTL from now),
+    /// forgets revoked ones, and returns up to `max` expired leases, whose deadlines move
+    /// `retry` ahead while their revoke is in flight (the deadline itself stays in the past, so
+    /// the lease cannot be renewed).
+    pub fn expired(&self, leases: &[(i64, i64)], max: usize, retry: Duration) -> Vec<i64> {
         let now = Instant::now();
-        let mut d = self.deadlines();
-        if promoted {
-            d.clear();
-        }
-        let extension = if promoted {
-            self.promotion_extension
-        } else {
-            Duration::ZERO
-        };
+        let mut s = self.state();
         let live: std::collections::HashSet<i64> = leases.iter().map(|(id, _)| *id).collect();
-        d.retain(|id, _| live.contains(id));
+        s.deadlines.retain(|id, _| live.contains(id));
         for (id, ttl) in leases {
-            d.entry(*id).or_insert(Deadline {
-                at: now + secs(*ttl) + extension,
+            s.deadlines.entry(*id).or_insert(Deadline {
+                at: now + secs(*ttl),
                 retry_at: None,
             });
         }
         let mut out = Vec::new();
-        for (id, e) in d.iter_mut() {
+        for (id, e) in s.deadlines.iter_mut() {
             if out.len() >= max {
                 break;
             }
@@ -141,7 +179,8 @@ impl Lessor {
     /// Every tracked lease with its remaining whole seconds (rounded up), for a checkpoint.
     pub fn remaining_all(&self) -> Vec<(i64, i64)> {
         let now = Instant::now();
-        self.deadlines()
+        self.state()
+            .deadlines
             .iter()
             .map(|(id, e)| {
                 let left = e.at.saturating_duration_since(now).as_millis() as i64;
@@ -153,7 +192,9 @@ impl Lessor {
 
     /// Forgets every deadline (on losing leadership).
     pub fn demote(&self) {
-        self.deadlines().clear();
+        let mut s = self.state();
+        s.deadlines.clear();
+        s.term = None;
     }
 }
 
@@ -178,46 +219,52 @@ mod tests {
     #[test]
     fn promotion_extends_and_expiry_is_reported_once() {
         let l = Lessor::new(1, Duration::from_millis(1000));
-        assert!(l.expired(&[(5, 0)], false, 10, Duration::from_secs(3)) == vec![5]);
+        l.promote(3, &[]);
+        assert!(l.expired(&[(5, 0)], 10, Duration::from_secs(3)) == vec![5]);
         // In flight: not reported again until the retry delay passes.
-        assert!(l
-            .expired(&[(5, 0)], false, 10, Duration::from_secs(3))
-            .is_empty());
+        assert!(l.expired(&[(5, 0)], 10, Duration::from_secs(3)).is_empty());
         // Promotion: full TTL plus the election timeout, so nothing expires at once.
-        assert!(l
-            .expired(&[(5, 0)], true, 10, Duration::from_secs(3))
-            .is_empty());
+        l.promote(4, &[(5, 0)]);
+        assert!(l.expired(&[(5, 0)], 10, Duration::from_secs(3)).is_empty());
         assert!(l
             .remaining(5)
             .is_some_and(|r| r > Duration::from_millis(900)));
         // A revoked lease is forgotten.
-        assert!(l.expired(&[], false, 10, Duration::from_secs(3)).is_empty());
+        assert!(l.expired(&[], 10, Duration::from_secs(3)).is_empty());
+        assert_eq!(l.remaining(5), None);
+    }
+
+    #[test]
+    fn a_renewal_waits_for_the_promotion_of_its_term() {
+        let l = Lessor::new(1, Duration::from_millis(1000));
+        assert_eq!(l.renew(5, 10, 2), Renewal::NotReady);
+        // Promoted with a checkpointed 1 s left: the renewal after it gives the full TTL.
+        l.promote(2, &[(5, 1)]);
+        assert_eq!(l.renew(5, 10, 2), Renewal::Renewed);
+        assert!(l.remaining(5).is_some_and(|r| r > Duration::from_secs(9)));
+        // A renewal judged in another term is not applied to this one's deadlines.
+        assert_eq!(l.renew(5, 10, 3), Renewal::NotReady);
+        l.demote();
+        assert_eq!(l.term(), None);
         assert_eq!(l.remaining(5), None);
     }
 
     #[test]
     fn an_expired_lease_cannot_be_renewed_while_its_revoke_is_in_flight() {
         let l = Lessor::new(1, Duration::from_millis(1000));
-        assert_eq!(
-            l.expired(&[(5, 0)], false, 10, Duration::from_millis(50)),
-            [5]
-        );
+        l.promote(1, &[]);
+        assert_eq!(l.expired(&[(5, 0)], 10, Duration::from_millis(50)), [5]);
         // The revoke is in flight: a keep-alive must not bring the lease back.
-        assert!(!l.renew(5, 10));
+        assert_eq!(l.renew(5, 10, 1), Renewal::Expired);
         assert_eq!(l.remaining(5), Some(Duration::ZERO));
         // If the revoke did not take effect, it is proposed again after the retry delay.
         std::thread::sleep(Duration::from_millis(60));
-        assert_eq!(
-            l.expired(&[(5, 0)], false, 10, Duration::from_millis(50)),
-            [5]
-        );
+        assert_eq!(l.expired(&[(5, 0)], 10, Duration::from_millis(50)), [5]);
         // A live lease renews normally.
-        assert!(l
-            .expired(&[(6, 10)], false, 10, Duration::from_secs(3))
-            .is_empty());
-        assert!(l.renew(6, 10));
+        assert!(l.expired(&[(6, 10)], 10, Duration::from_secs(3)).is_empty());
+        assert_eq!(l.renew(6, 10, 1), Renewal::Renewed);
         // A revoked lease is forgotten.
-        assert!(l.expired(&[], false, 10, Duration::from_secs(3)).is_empty());
+        assert!(l.expired(&[], 10, Duration::from_secs(3)).is_empty());
         assert_eq!(l.remaining(5), None);
     }
 }

@@ -214,6 +214,12 @@ impl RaftNode {
 
     /// On the leader: whether a majority of every voter configuration (joint ones during a
     /// membership change) answered a Raft message within an election timeout.
+    /// Whether this member leads and has heard from a majority within an election timeout,
+    /// judged now (not at the elector's last tick, which may not have run yet after a pause).
+    pub(super) fn leads_with_quorum(&self) -> bool {
+        self.raft.metrics().borrow().current_leader == Some(self.id) && self.quorum_heard()
+    }
+
     fn quorum_heard(&self) -> bool {
         let m = self.raft.metrics();
         let m = m.borrow();

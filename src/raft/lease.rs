@@ -9,7 +9,7 @@ use super::route::Leader;
 use super::RaftNode;
 use crate::apply::{Command, Op};
 use crate::error::{Error, Result};
-use crate::lease::Lessor;
+use crate::lease::{Lessor, Renewal};
 use crate::pb::etcdserverpb::{
     LeaseCheckpoint, LeaseCheckpointRequest, LeaseKeepAliveRequest, LeaseRevokeRequest,
     LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
@@ -84,12 +84,16 @@ impl RaftNode {
         if !leads() {
             return Err(Error::LeaderChanged);
         }
+        let term = self.raft.metrics().borrow().current_term;
         let _gate = self.checkpoint_gate.read().await;
         let Some((ttl, checkpointed)) = self.mvcc.with_lease(id, |l| (l.ttl, l.remaining)) else {
             return Ok(0);
         };
-        if !self.lessor.renew(id, ttl) {
-            return Ok(0);
+        match self.lessor.renew(id, ttl, term) {
+            Renewal::Renewed => {}
+            Renewal::Expired => return Ok(0),
+            // Elected a moment ago: asked again once the expiry loop has taken the leases over.
+            Renewal::NotReady => return Err(Error::LeaderChanged),
         }
         if checkpointed > 0 {
             let clear = LeaseCheckpoint {
@@ -172,7 +176,7 @@ impl RaftNode {
                 return;
             }
             let cmd = Command::new(Op::LeaseCheckpoint(LeaseCheckpointRequest { checkpoints }));
-            if let Err(e) = node.propose(cmd).await {
+            if let Err(e) = node.propose_as_leader(cmd).await {
                 tracing::debug!(error = %e, "lease checkpoint not committed");
             }
         });
@@ -182,28 +186,40 @@ impl RaftNode {
     pub(super) fn start_lease_expiry(self: &Arc<Self>) {
         let node = Arc::downgrade(self);
         tokio::spawn(async move {
-            let mut was_leader = false;
             let mut tick = tokio::time::interval(EXPIRY_TICK);
             let mut last_checkpoint = tokio::time::Instant::now();
             loop {
                 tick.tick().await;
                 let Some(node) = node.upgrade() else { return };
-                let leading = node.leader() == Some(node.id);
+                // Judged now, not by the elector's last tick: right after a pause (SIGSTOP, a
+                // stalled VM) a deposed leader's deadlines have all passed, and it must not act
+                // on them before it notices that it lost its quorum.
+                let leading = node.leader() == Some(node.id) && node.leads_with_quorum();
                 if !leading {
-                    if was_leader {
+                    if node.lessor.term().is_some() {
                         node.lessor.demote();
                     }
-                    was_leader = false;
                     continue;
                 }
-                let promoted = !was_leader;
-                was_leader = true;
-                let expired = node.lessor.expired(
-                    &node.mvcc.leases(),
-                    promoted,
-                    REVOKES_PER_TICK,
-                    REVOKE_RETRY,
-                );
+                // A new leadership (or a new term of it): every lease starts over from its
+                // checkpoint, whatever this member's deadlines from an earlier term say. Only
+                // once this term's first entry is applied: every entry of earlier terms is then
+                // applied too, among them a checkpoint cleared by a renewal the last leader
+                // answered, which must not resume from the TTL it cleared.
+                let (term, applied_term) = {
+                    let m = node.raft.metrics();
+                    let m = m.borrow();
+                    (m.current_term, m.last_applied.map(|l| l.leader_id.term))
+                };
+                if node.lessor.term() != Some(term) {
+                    if applied_term != Some(term) {
+                        continue;
+                    }
+                    node.lessor.promote(term, &node.mvcc.leases());
+                }
+                let expired =
+                    node.lessor
+                        .expired(&node.mvcc.leases(), REVOKES_PER_TICK, REVOKE_RETRY);
                 if last_checkpoint.elapsed() >= node.options.lease_checkpoint_interval {
                     last_checkpoint = tokio::time::Instant::now();
                     node.propose_checkpoints();
@@ -212,7 +228,7 @@ impl RaftNode {
                     let node = node.clone();
                     tokio::spawn(async move {
                         let cmd = Command::new(Op::LeaseRevoke(LeaseRevokeRequest { id }));
-                        match node.propose(cmd).await {
+                        match node.propose_as_leader(cmd).await {
                             Ok(_) | Err(Error::LeaseNotFound) => {
                                 tracing::debug!(lease = id, "lease expired and revoked");
                             }

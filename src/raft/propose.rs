@@ -125,7 +125,31 @@ impl RaftNode {
             return Err(Error::RequestTooLarge);
         }
         self.check_quota(&cmd).await?;
-        let result = tokio::time::timeout(self.options.request_timeout, self.route(cmd))
+        self.settle(self.route(cmd)).await
+    }
+
+    /// Proposes `cmd` only while this member leads with a quorum, and never forwards it: for
+    /// entries that only this leader's own state justifies (a lease expired by its clock, a
+    /// checkpoint of its deadlines). Forwarded after a leader change, such an entry would be
+    /// committed by a leader whose lessor never decided it: a deposed leader resuming from a
+    /// pause revoked a lease the new leader had just renewed (fault suite, seed 5003). Proposed
+    /// here, it can only commit in the term it was decided in.
+    ///
+    /// # Errors
+    /// [`Error::LeaderChanged`] when this member does not lead; as [`RaftNode::propose`].
+    pub(super) async fn propose_as_leader(&self, cmd: Command) -> Result<Outcome> {
+        if !self.leads_with_quorum() {
+            return Err(Error::LeaderChanged);
+        }
+        self.settle(self.propose_local(cmd)).await
+    }
+
+    /// Bounds a proposal by the request timeout, counts failures, and unpacks its outcome.
+    async fn settle(
+        &self,
+        proposal: impl std::future::Future<Output = Result<CommandResult>>,
+    ) -> Result<Outcome> {
+        let result = tokio::time::timeout(self.options.request_timeout, proposal)
             .await
             .map_err(|_| Error::Timeout)
             .and_then(|r| r)

@@ -58,8 +58,10 @@ impl Lease for LeaseService {
         else {
             return Err(status(Error::Storage));
         };
-        if node.leader() == Some(node.id) {
-            node.lessor().renew(id, ttl);
+        // The granting leader starts the lease's clock now (if it has taken the leases over;
+        // else its expiry loop starts it at its next tick).
+        if let (true, Some(term)) = (node.leader() == Some(node.id), node.lessor().term()) {
+            node.lessor().renew(id, ttl, term);
         }
         fill_header(node, &mut resp.header);
         Ok(Response::new(resp))

@@ -9,6 +9,7 @@ use concord::pb::etcdserverpb::StatusRequest;
 
 use crate::cluster::{grant, put, Cluster, TestResult};
 use crate::gateway::post_to;
+use crate::lease::{exists, keep_alive_once, put_leased};
 
 /// etcd's default timing, which the target is stated in: a new leader within about two
 /// election timeouts of the old one going silent.
@@ -155,5 +156,58 @@ async fn after_a_full_crash_the_old_leader_does_not_resume_its_term() -> TestRes
         "a leader in term {now} after a crash in term {term}"
     );
     put(&c, leader, "after", "2").await?;
+    Ok(())
+}
+
+/// A leader paused past its leases' deadlines must not revoke them when it wakes up: the next
+/// leader kept them alive meanwhile. (The deposed leader's expiry loop could run before it
+/// noticed its lost quorum and forward its revoke to the new leader, which committed it: a
+/// key gone while its keep-alives were confirmed. Fault suite, seed 5003.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_leader_does_not_revoke_leases_its_successor_kept_alive() -> TestResult {
+    const TTL: i64 = 3;
+    let c = start()?;
+    let mut leader = c.wait_leader(Duration::from_secs(20)).await?;
+    for round in 0..2 {
+        let follower = (leader + 1) % 3;
+        let lease = grant(&c, leader, TTL).await?;
+        let key = format!("kept-{round}");
+        put_leased(&c, leader, &key, lease).await?;
+        let mut confirmed = Instant::now();
+        c.signal(leader, "-STOP")?;
+        // Keep-alives through a follower, while the leader sleeps past the lease's deadline
+        // and for a while after it wakes up; the key must be there whenever the last confirmed
+        // keep-alive still covers it.
+        let start = Instant::now();
+        let wake = Duration::from_millis(TTL as u64 * 1000 + 2 * ELECTION_MS);
+        let mut woken = false;
+        while start.elapsed() < wake + Duration::from_secs(3) {
+            if !woken && start.elapsed() >= wake {
+                c.signal(leader, "-CONT")?;
+                woken = true;
+            }
+            let sent = Instant::now();
+            if let Ok(ttl) = keep_alive_once(&c, follower, lease).await {
+                assert!(ttl > 0, "round {round}: lease {lease} gone at a keep-alive");
+                confirmed = sent;
+            }
+            let covered = confirmed + Duration::from_secs(TTL as u64);
+            let asked = Instant::now();
+            if let Ok(false) = exists(&c, follower, &key).await {
+                assert!(
+                    asked >= covered,
+                    "round {round}: {key} gone {:?} after it was paused, {:?} before its last \
+                     confirmed keep-alive ran out",
+                    asked - start,
+                    covered - asked
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        if !woken {
+            c.signal(leader, "-CONT")?;
+        }
+        leader = c.wait_leader(Duration::from_secs(20)).await?;
+    }
     Ok(())
 }

@@ -34,7 +34,7 @@ async fn time_to_live(
         .into_inner())
 }
 
-async fn put_leased(c: &Cluster, member: usize, key: &str, lease: i64) -> TestResult {
+pub(crate) async fn put_leased(c: &Cluster, member: usize, key: &str, lease: i64) -> TestResult {
     c.kv(member)
         .await?
         .put(PutRequest {
@@ -48,7 +48,7 @@ async fn put_leased(c: &Cluster, member: usize, key: &str, lease: i64) -> TestRe
 }
 
 /// Whether `key` exists on `member`, read serializably (the member's own applied state).
-async fn exists(c: &Cluster, member: usize, key: &str) -> TestResult<bool> {
+pub(crate) async fn exists(c: &Cluster, member: usize, key: &str) -> TestResult<bool> {
     let r = c
         .kv(member)
         .await?
@@ -298,7 +298,7 @@ async fn checkpoints_keep_a_lease_from_outliving_its_ttl_across_a_leader_change(
 }
 
 /// One keep-alive through `member`; the TTL it answers.
-async fn keep_alive_once(c: &Cluster, member: usize, lease: i64) -> TestResult<i64> {
+pub(crate) async fn keep_alive_once(c: &Cluster, member: usize, lease: i64) -> TestResult<i64> {
     let mut client = lease_client(c, member).await?;
     let requests = futures::stream::iter(vec![LeaseKeepAliveRequest { id: lease }]);
     let mut replies = client.lease_keep_alive(requests).await?.into_inner();
