@@ -4,7 +4,7 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use concord::config::Config;
+use concord::config::{Config, Startup};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -18,7 +18,25 @@ async fn main() -> anyhow::Result<()> {
             .init();
         return concord::snapshot::SnapshotCli::parse_from(std::env::args().skip(1)).run();
     }
-    let cfg = Config::from_args();
+    let (cfg, notes) = match Config::from_env_and_args() {
+        Ok(Startup::Run(cfg, notes)) => (cfg, notes),
+        Ok(Startup::Help) => {
+            println!("{}", concord::config::help());
+            return Ok(());
+        }
+        Ok(Startup::Version) => {
+            println!("concord Version: {}", env!("CARGO_PKG_VERSION"));
+            println!("etcd API Version: 3.5");
+            return Ok(());
+        }
+        Err(e) => {
+            eprintln!("{}", e.message);
+            if e.usage {
+                eprintln!("{}", concord::config::usage());
+            }
+            std::process::exit(e.code);
+        }
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(format!(
             "{},openraft=warn,lsm_tree=warn,fjall=warn",
@@ -33,5 +51,6 @@ async fn main() -> anyhow::Result<()> {
     } else {
         logs.init();
     }
-    concord::server::run(cfg).await
+    concord::config::log_notes(&notes);
+    concord::server::run(*cfg).await
 }

@@ -179,7 +179,16 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
     let mut client_addrs = Vec::new();
     for listener in bind_all(&cfg.listen_client_urls).await? {
         client_addrs.push(listener.local_addr()?);
-        let gateway = crate::rpc::gateway::Gateway::new(listener.local_addr()?)?;
+        let gateway = if cfg.enable_grpc_gateway {
+            Some(crate::rpc::gateway::Gateway::new(listener.local_addr()?)?)
+        } else {
+            None
+        };
+        let (streams, keepalive, keepalive_timeout) = (
+            cfg.max_concurrent_streams,
+            cfg.grpc_keepalive_interval,
+            cfg.grpc_keepalive_timeout,
+        );
         let (health, health_svc) = tonic_health::server::health_reporter();
         health
             .set_service_status("", tonic_health::ServingStatus::Serving)
@@ -205,7 +214,10 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
                 // One span per client request, named by its gRPC method or HTTP path.
                 .trace_fn(|req| tracing::debug_span!("request", path = %req.uri().path()))
                 .accept_http1(true)
-                .layer(crate::rpc::http::layer(http_node, Some(gateway)))
+                .max_concurrent_streams(Some(streams))
+                .http2_keepalive_interval(Some(keepalive))
+                .http2_keepalive_timeout(Some(keepalive_timeout))
+                .layer(crate::rpc::http::layer(http_node, gateway))
                 .layer(tower::util::MapResponseLayer::new(
                     crate::rpc::limits::grpc_go_size_errors,
                 ))

@@ -1,5 +1,12 @@
 //! etcd-compatible configuration: the same flags, `ETCD_*` environment variables and defaults,
 //! so that `concord` with no flags behaves like `etcd` with no flags.
+//!
+//! [`etcd_flags`] lists every flag of etcd 3.5 and what Concord does with it; [`go_args`] reads a
+//! command line and the environment the way etcd (Go's `flag` package) does; [`Config`] is the
+//! typed result, with the derived settings.
+
+pub mod etcd_flags;
+pub mod go_args;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -16,79 +23,58 @@ use clap::Parser;
 )]
 pub struct Config {
     /// Human-readable name for this member.
-    #[arg(long, env = "ETCD_NAME", default_value = "default")]
+    #[arg(long, default_value = "default")]
     pub name: String,
     /// Path to the data directory (default: `<name>.concord`).
-    #[arg(long, env = "ETCD_DATA_DIR")]
+    #[arg(long)]
     pub data_dir: Option<PathBuf>,
     /// URLs to listen on for client traffic.
-    #[arg(
-        long,
-        env = "ETCD_LISTEN_CLIENT_URLS",
-        default_value = "http://localhost:2379"
-    )]
+    #[arg(long, default_value = "http://localhost:2379")]
     pub listen_client_urls: String,
     /// Client URLs advertised to the rest of the cluster.
-    #[arg(
-        long,
-        env = "ETCD_ADVERTISE_CLIENT_URLS",
-        default_value = "http://localhost:2379"
-    )]
+    #[arg(long, default_value = "http://localhost:2379")]
     pub advertise_client_urls: String,
     /// URLs to listen on for peer traffic.
-    #[arg(
-        long,
-        env = "ETCD_LISTEN_PEER_URLS",
-        default_value = "http://localhost:2380"
-    )]
+    #[arg(long, default_value = "http://localhost:2380")]
     pub listen_peer_urls: String,
     /// This member's peer URLs, advertised to the rest of the cluster.
-    #[arg(
-        long,
-        env = "ETCD_INITIAL_ADVERTISE_PEER_URLS",
-        default_value = "http://localhost:2380"
-    )]
+    #[arg(long, default_value = "http://localhost:2380")]
     pub initial_advertise_peer_urls: String,
     /// Initial cluster configuration for bootstrapping: `name=peer-url,...`
     /// (default: `<name>=<initial-advertise-peer-urls>`).
-    #[arg(long, env = "ETCD_INITIAL_CLUSTER")]
+    #[arg(long)]
     pub initial_cluster: Option<String>,
     /// `new` to bootstrap a new cluster, `existing` to join one.
-    #[arg(long, env = "ETCD_INITIAL_CLUSTER_STATE", default_value = "new")]
+    #[arg(long, default_value = "new")]
     pub initial_cluster_state: ClusterState,
     /// Initial cluster token, mixed into member and cluster ids.
-    #[arg(
-        long,
-        env = "ETCD_INITIAL_CLUSTER_TOKEN",
-        default_value = "etcd-cluster"
-    )]
+    #[arg(long, default_value = "etcd-cluster")]
     pub initial_cluster_token: String,
     /// Maximum client request size in bytes the server will accept.
-    #[arg(long, env = "ETCD_MAX_REQUEST_BYTES", default_value_t = 1_572_864)]
+    #[arg(long, default_value_t = 1_572_864)]
     pub max_request_bytes: usize,
     /// Extra URLs to serve `/metrics` and `/health` on (plain HTTP), besides the client URLs.
-    #[arg(long, env = "ETCD_LISTEN_METRICS_URLS", default_value = "")]
+    #[arg(long, default_value = "")]
     pub listen_metrics_urls: String,
     /// Raise the NOSPACE alarm when the backend size exceeds this many bytes (0: etcd's default
     /// of 2 GiB).
-    #[arg(long, env = "ETCD_QUOTA_BACKEND_BYTES", default_value_t = 0)]
+    #[arg(long, default_value_t = 0)]
     pub quota_backend_bytes: i64,
     /// Maximum number of operations permitted in a transaction.
-    #[arg(long, env = "ETCD_MAX_TXN_OPS", default_value_t = 128)]
+    #[arg(long, default_value_t = 128)]
     pub max_txn_ops: usize,
     /// Time (in milliseconds) of a heartbeat interval.
-    #[arg(long, env = "ETCD_HEARTBEAT_INTERVAL", default_value_t = 100)]
+    #[arg(long, default_value_t = 100)]
     pub heartbeat_interval: u64,
     /// Time (in milliseconds) for an election to timeout.
-    #[arg(long, env = "ETCD_ELECTION_TIMEOUT", default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000)]
     pub election_timeout: u64,
     /// Number of committed entries that trigger a snapshot and log compaction.
-    #[arg(long, env = "ETCD_SNAPSHOT_COUNT", default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000)]
     pub snapshot_count: u64,
     /// Interval between progress notifications to watches that asked for them.
     #[arg(
         long = "experimental-watch-progress-notify-interval",
-        env = "ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL",
         default_value = "10m",
         value_parser = parse_duration
     )]
@@ -97,7 +83,6 @@ pub struct Config {
     /// bounding how long an unrenewed lease can outlive its TTL across a leader change.
     #[arg(
         long = "experimental-lease-checkpoint-interval",
-        env = "ETCD_EXPERIMENTAL_LEASE_CHECKPOINT_INTERVAL",
         default_value = "5m",
         value_parser = parse_duration
     )]
@@ -106,26 +91,165 @@ pub struct Config {
     /// mismatch (0s: never, etcd's default).
     #[arg(
         long = "experimental-corrupt-check-time",
-        env = "ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME",
         default_value = "0s",
         value_parser = parse_duration
     )]
     pub corrupt_check_time: Duration,
     /// Auto compaction: `periodic` (keep `--auto-compaction-retention` of time) or `revision`
     /// (keep that many revisions).
-    #[arg(long, env = "ETCD_AUTO_COMPACTION_MODE", default_value = "periodic")]
+    #[arg(long, default_value = "periodic")]
     pub auto_compaction_mode: CompactionMode,
     /// Auto compaction retention: a duration (`1h`, `30m`; a bare number is hours) in periodic
     /// mode, a revision count in revision mode; 0 turns auto compaction off.
-    #[arg(long, env = "ETCD_AUTO_COMPACTION_RETENTION", default_value = "0")]
+    #[arg(long, default_value = "0")]
     pub auto_compaction_retention: String,
     /// Log level: debug, info, warn, error.
-    #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
+    #[arg(long, default_value = "info")]
     pub log_level: String,
+    /// Path to the client server TLS cert file.
+    #[arg(long, default_value = "")]
+    pub cert_file: String,
+    /// Path to the client server TLS key file.
+    #[arg(long, default_value = "")]
+    pub key_file: String,
+    /// Path to the client server TLS trusted CA cert file.
+    #[arg(long, default_value = "")]
+    pub trusted_ca_file: String,
+    /// Enable client cert authentication.
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
+    pub client_cert_auth: bool,
+    /// Path to the client certificate revocation list file.
+    #[arg(long, default_value = "")]
+    pub client_crl_file: String,
+    /// Comma-separated list of allowed SAN hostnames for client cert authentication.
+    #[arg(long, default_value = "")]
+    pub client_cert_allowed_hostname: String,
+    /// Client TLS using generated certificates.
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
+    pub auto_tls: bool,
+    /// Path to the peer server TLS cert file.
+    #[arg(long, default_value = "")]
+    pub peer_cert_file: String,
+    /// Path to the peer server TLS key file.
+    #[arg(long, default_value = "")]
+    pub peer_key_file: String,
+    /// Path to an explicit peer client TLS cert file (else the peer cert file is used).
+    #[arg(long, default_value = "")]
+    pub peer_client_cert_file: String,
+    /// Path to an explicit peer client TLS key file (else the peer key file is used).
+    #[arg(long, default_value = "")]
+    pub peer_client_key_file: String,
+    /// Enable peer client cert authentication.
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
+    pub peer_client_cert_auth: bool,
+    /// Path to the peer server TLS trusted CA file.
+    #[arg(long, default_value = "")]
+    pub peer_trusted_ca_file: String,
+    /// Comma-separated list of allowed CNs for inter-peer TLS authentication.
+    #[arg(long, default_value = "")]
+    pub peer_cert_allowed_cn: String,
+    /// Comma-separated list of allowed SAN hostnames for inter-peer TLS authentication.
+    #[arg(long, default_value = "")]
+    pub peer_cert_allowed_hostname: String,
+    /// Peer TLS using generated certificates.
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
+    pub peer_auto_tls: bool,
+    /// The validity period of the client and peer certificates, unit is year.
+    #[arg(long, default_value_t = 1)]
+    pub self_signed_cert_validity: u64,
+    /// Path to the peer certificate revocation list file.
+    #[arg(long, default_value = "")]
+    pub peer_crl_file: String,
+    /// Comma-separated list of supported TLS cipher suites (empty: the defaults).
+    #[arg(long, default_value = "")]
+    pub cipher_suites: String,
+    /// Minimum TLS version: TLS1.2 or TLS1.3.
+    #[arg(long, default_value = "TLS1.2")]
+    pub tls_min_version: String,
+    /// Maximum TLS version: TLS1.2 or TLS1.3 (empty: the highest supported).
+    #[arg(long, default_value = "")]
+    pub tls_max_version: String,
+    /// Maximum concurrent streams that each client can open at a time.
+    #[arg(long, default_value_t = u32::MAX)]
+    pub max_concurrent_streams: u32,
+    /// Frequency of server-to-client pings that check a connection is alive.
+    #[arg(long, default_value = "2h", value_parser = parse_duration)]
+    pub grpc_keepalive_interval: Duration,
+    /// How long a ping may go unanswered before the connection is closed.
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    pub grpc_keepalive_timeout: Duration,
+    /// Serve the JSON gateway on the client URLs.
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
+    pub enable_grpc_gateway: bool,
     /// Log format: `json` (etcd's default: one JSON object per line) or `text` (`console` is
     /// etcd's name for it).
-    #[arg(long, env = "ETCD_LOG_FORMAT", value_enum, default_value = "json")]
+    #[arg(long, value_enum, default_value = "json")]
     pub log_format: LogFormat,
+}
+
+/// The short usage text printed after a command-line error (as etcd prints its usage line).
+pub fn usage() -> &'static str {
+    "Usage:
+
+  concord [flags]
+    Start a Concord server (etcd 3.5's flags and ETCD_* variables).
+
+  concord --version
+    Show the version of Concord.
+
+  concord -h | --help
+    Show the help information about Concord.
+
+  concord snapshot save|restore|status ...
+    Work with snapshot files."
+}
+
+/// The `--help` text: the usage and every implemented flag.
+pub fn help() -> String {
+    use clap::CommandFactory;
+    let flags = Config::command().render_long_help();
+    format!(
+        "{}\n\n{flags}\nEvery other flag of etcd 3.5 is accepted; those without effect in Concord are \
+         logged at start with the reason.",
+        usage()
+    )
+}
+
+/// Logs what reading the command line noticed (once logging is set up): flags without effect,
+/// and `ETCD_*` variables used, shadowed or unrecognized (etcd logs the same). Values are not
+/// logged: a variable may hold a secret.
+pub fn log_notes(notes: &[go_args::Note]) {
+    use go_args::Note;
+    for note in notes {
+        match note {
+            Note::NoEffect { flag, reason } => {
+                tracing::warn!(flag = %format!("--{flag}"), reason, "flag has no effect in Concord");
+            }
+            Note::EnvUsed { var } => {
+                tracing::info!(variable_name = %var, "recognized and used environment variable");
+            }
+            Note::EnvShadowed { var } => {
+                tracing::warn!(
+                    variable_name = %var,
+                    "ignored environment variable: the command line sets its flag"
+                );
+            }
+            Note::EnvUnrecognized { var } => {
+                tracing::warn!(environment_variable = %var, "unrecognized environment variable");
+            }
+        }
+    }
+}
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Startup {
+    /// Serve with this configuration; log these notes first.
+    Run(Box<Config>, Vec<go_args::Note>),
+    /// Print the usage.
+    Help,
+    /// Print the version.
+    Version,
 }
 
 /// `--initial-cluster-state`.
@@ -147,20 +271,25 @@ pub struct InitialMember {
 }
 
 impl Config {
-    /// Parses flags the way etcd does: Go's flag package accepts `-name` as well as `--name`.
-    pub fn from_args() -> Self {
-        let args = std::env::args().map(|a| {
-            let is_single_dash_flag = a.starts_with('-')
-                && !a.starts_with("--")
-                && a.len() > 2
-                && a.chars().nth(1).is_some_and(|c| c.is_ascii_alphabetic());
-            if is_single_dash_flag {
-                format!("-{a}")
-            } else {
-                a
+    /// Reads the process's command line and `ETCD_*` variables the way etcd does.
+    ///
+    /// # Errors
+    /// What etcd would print for a command line it refuses, and its exit code.
+    pub fn from_env_and_args() -> Result<Startup, go_args::ArgError> {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let env: Vec<(String, String)> = std::env::vars().collect();
+        match go_args::parse(&args, &env)? {
+            go_args::Parsed::Help => Ok(Startup::Help),
+            go_args::Parsed::Version => Ok(Startup::Version),
+            go_args::Parsed::Run(canonical, notes) => {
+                let cfg = Config::try_parse_from(canonical).map_err(|e| go_args::ArgError {
+                    message: e.to_string().trim_end().to_string(),
+                    usage: false,
+                    code: 2,
+                })?;
+                Ok(Startup::Run(Box::new(cfg), notes))
             }
-        });
-        Config::parse_from(args)
+        }
     }
 
     /// The data directory, `<name>.concord` unless given.
@@ -241,21 +370,45 @@ impl Config {
 /// etcd's default space quota: 2 GiB.
 pub const DEFAULT_QUOTA_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 
-/// Parses a Go-style duration: `500ms`, `5s`, `10m`, `1h`.
+/// Parses a Go duration (`time.ParseDuration`): a sequence of decimal numbers, each with a unit
+/// (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`), like `300ms`, `1.5h` or `2h45m`; `0` needs none.
 ///
 /// # Errors
-/// When the text is not a number followed by one of those units.
+/// When the text is not such a duration, or is negative.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" | "" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
-        _ => Err(format!("invalid duration unit in {s:?}")),
+    let bad = || format!("invalid duration {s:?}");
+    if s == "0" {
+        return Ok(Duration::ZERO);
     }
+    let mut rest = s.strip_prefix('+').unwrap_or(s);
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("missing unit in duration {s:?}"))?;
+        let (num, tail) = rest.split_at(num_len);
+        let n: f64 = num.parse().map_err(|_| bad())?;
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let nanos = match unit {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            "" => return Err(format!("missing unit in duration {s:?}")),
+            _ => return Err(format!("unknown unit {unit:?} in duration {s:?}")),
+        };
+        total += n * nanos;
+        rest = tail;
+    }
+    Ok(Duration::from_nanos(total.round() as u64))
 }
 
 /// Splits a comma-separated URL list.
@@ -380,6 +533,20 @@ mod tests {
         assert_eq!(retention("revision", "0"), Ok(Retention::Off));
         assert!(retention("revision", "1h").is_err());
         assert!(retention("periodic", "soon").is_err());
+    }
+
+    #[test]
+    fn durations_read_as_go() {
+        let d = |s: &str| parse_duration(s).ok();
+        assert_eq!(d("0"), Some(Duration::ZERO));
+        assert_eq!(d("300ms"), Some(Duration::from_millis(300)));
+        assert_eq!(d("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(d("1.5h"), Some(Duration::from_secs(5400)));
+        assert_eq!(d("20us"), Some(Duration::from_micros(20)));
+        assert_eq!(d("5"), None);
+        assert_eq!(d("5x"), None);
+        assert_eq!(d("-1s"), None);
+        assert_eq!(d(""), None);
     }
 
     #[test]
