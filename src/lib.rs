@@ -29,5 +29,6 @@ pub mod rpc;
 pub mod server;
 pub mod snapshot;
 pub mod storage;
+pub mod tls;
 pub mod transport;
 pub mod watch;

@@ -18,8 +18,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 mod eager_end;
+pub mod in_process;
+mod maybe_tls;
 
 pub use eager_end::{eager, EagerChannel, EagerEnd};
+pub use maybe_tls::MaybeTls;
 
 /// Writes at least this large skip the buffer when it is empty (no copy of big bodies).
 const PASS_THROUGH: usize = 64 * 1024;
@@ -140,7 +143,8 @@ impl<T: tonic::transport::server::Connected> tonic::transport::server::Connected
 }
 
 /// A connector for tonic channels (`Endpoint::connect_with_connector[_lazy]`): TCP with
-/// `TCP_NODELAY`, at most `timeout` to connect, writes coalesced.
+/// `TCP_NODELAY`, at most `timeout` to connect (and to finish a TLS handshake), writes
+/// coalesced; with `tls`, a TLS session over it whose server name is the URL's host.
 ///
 /// `unacked`, if given, becomes the socket's `TCP_USER_TIMEOUT`: a connection whose sent data stays
 /// unacknowledged that long (the peer is cut off by a partition) is closed by the kernel, so the
@@ -150,32 +154,49 @@ impl<T: tonic::transport::server::Connected> tonic::transport::server::Connected
 pub fn connector(
     timeout: Duration,
     unacked: Option<Duration>,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 ) -> impl tower::Service<
     http::Uri,
-    Response = TokioIo<Coalesced<TcpStream>>,
+    Response = TokioIo<Coalesced<MaybeTls>>,
     Error = io::Error,
     Future = impl Send + 'static,
 > + Clone
        + Send
        + 'static {
-    tower::service_fn(move |uri: http::Uri| async move {
-        let host = uri
-            .host()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no host in URL"))?
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string();
-        let port = uri.port_u16().unwrap_or(80);
-        let stream = tokio::time::timeout(timeout, TcpStream::connect((host.as_str(), port)))
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
-        stream.set_nodelay(true)?;
-        if unacked.is_some() {
-            if let Err(e) = socket2::SockRef::from(&stream).set_tcp_user_timeout(unacked) {
-                tracing::debug!(error = %e, "TCP_USER_TIMEOUT not set");
+    tower::service_fn(move |uri: http::Uri| {
+        let tls = tls.clone();
+        async move {
+            let host = uri
+                .host()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no host in URL"))?
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string();
+            let port = uri.port_u16().unwrap_or(80);
+            let timed_out = || io::Error::new(io::ErrorKind::TimedOut, "connect timed out");
+            let stream = tokio::time::timeout(timeout, TcpStream::connect((host.as_str(), port)))
+                .await
+                .map_err(|_| timed_out())??;
+            stream.set_nodelay(true)?;
+            if unacked.is_some() {
+                if let Err(e) = socket2::SockRef::from(&stream).set_tcp_user_timeout(unacked) {
+                    tracing::debug!(error = %e, "TCP_USER_TIMEOUT not set");
+                }
             }
+            let stream = match tls {
+                None => MaybeTls::Plain(stream),
+                Some(config) => {
+                    let name = rustls::pki_types::ServerName::try_from(host)
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+                    let session = tokio_rustls::TlsConnector::from(config).connect(name, stream);
+                    let session = tokio::time::timeout(timeout, session)
+                        .await
+                        .map_err(|_| timed_out())??;
+                    MaybeTls::Tls(Box::new(session))
+                }
+            };
+            Ok(TokioIo::new(Coalesced::new(stream)))
         }
-        Ok(TokioIo::new(Coalesced::new(stream)))
     })
 }
 

@@ -103,7 +103,7 @@ async fn connect(args: &Args) -> anyhow::Result<Vec<Channel>> {
         let url = &args.endpoints[i % args.endpoints.len()];
         // Requests are written through the server's write coalescing too: a load generator
         // that pays one `writev` per request spends the CPU the servers under test share.
-        let connector = concord::transport::connector(Duration::from_secs(5), None);
+        let connector = concord::transport::connector(Duration::from_secs(5), None, None);
         let channel = Endpoint::from_shared(url.clone())?
             .connect_with_connector(connector)
             .await

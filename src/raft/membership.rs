@@ -441,19 +441,21 @@ pub async fn discover_identity(
     peer_urls: &[String],
     own_urls: &[String],
     patience: Duration,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 ) -> std::result::Result<(u64, u64), String> {
     let own: BTreeSet<&String> = own_urls.iter().collect();
     let deadline = tokio::time::Instant::now() + patience;
     let mut last_error = String::from("no peer URLs to ask");
     loop {
         for url in peer_urls.iter().filter(|u| !own.contains(u)) {
-            let reply = match super::network::peer_channel(url, super::network::UNACKED) {
-                Ok(ch) => crate::pb::concordpb::raft_peer_client::RaftPeerClient::new(ch)
-                    .members(MembersRequest {})
-                    .await
-                    .map_err(|s| s.message().to_string()),
-                Err(e) => Err(e.to_string()),
-            };
+            let reply =
+                match super::network::peer_channel(url, super::network::UNACKED, tls.clone()) {
+                    Ok(ch) => crate::pb::concordpb::raft_peer_client::RaftPeerClient::new(ch)
+                        .members(MembersRequest {})
+                        .await
+                        .map_err(|s| s.message().to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
             match reply {
                 Ok(r) => {
                     let r = r.into_inner();

@@ -72,6 +72,8 @@ pub struct RaftOptions {
     pub lease_checkpoint_interval: Duration,
     /// The backend size above which writes raise NOSPACE (`--quota-backend-bytes`).
     pub quota_bytes: u64,
+    /// How to dial `https://` peers.
+    pub peer_tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// One member's Raft state, shared by every RPC.
@@ -153,7 +155,10 @@ impl RaftNode {
             ..Default::default()
         };
         let config = Arc::new(config.validate().map_err(|e| StorageError(e.to_string()))?);
-        let peers = Arc::new(network::PeerChannels::new(options.election));
+        let peers = Arc::new(network::PeerChannels::new(
+            options.election,
+            options.peer_tls.clone(),
+        ));
         let network = NetworkFactory::new(links.clone(), peers.clone(), options.heartbeat);
         let raft = Raft::new(id, config, network, log, sm)
             .await

@@ -39,14 +39,22 @@ pub const UNACKED: Duration = Duration::from_secs(1);
 pub fn peer_channel(
     addr: &str,
     unacked: Duration,
+    tls: Option<Arc<rustls::ClientConfig>>,
 ) -> Result<EagerChannel, tonic::transport::Error> {
+    // The connector does TLS itself; tonic sees a plain URL.
+    let plain = match addr.strip_prefix("https://") {
+        Some(rest) => format!("http://{rest}"),
+        None => addr.to_string(),
+    };
+    let tls = tls.filter(|_| crate::tls::is_https(addr));
     Ok(eager(
-        Endpoint::from_shared(addr.to_string())?
+        Endpoint::from_shared(plain)?
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(Duration::from_secs(5))
             .connect_with_connector_lazy(crate::transport::connector(
                 Duration::from_millis(500),
                 Some(unacked),
+                tls,
             )),
     ))
 }
@@ -248,15 +256,18 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 pub struct PeerChannels {
     channels: std::sync::Mutex<std::collections::HashMap<String, EagerChannel>>,
     unacked: Duration,
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl PeerChannels {
     /// Channels whose connections are dropped after `unacked` of unacknowledged data (one
     /// election timeout: a peer cut off that long is replaced anyway).
-    pub fn new(unacked: Duration) -> Self {
+    /// `tls` dials `https://` peers.
+    pub fn new(unacked: Duration, tls: Option<Arc<rustls::ClientConfig>>) -> Self {
         PeerChannels {
             channels: std::sync::Mutex::new(std::collections::HashMap::new()),
             unacked,
+            tls,
         }
     }
 
@@ -275,7 +286,7 @@ impl PeerChannels {
         if let Some(c) = map.get(addr) {
             return Ok(RaftPeerClient::new(c.clone()));
         }
-        let channel = peer_channel(addr, self.unacked)?;
+        let channel = peer_channel(addr, self.unacked, self.tls.clone())?;
         map.insert(addr.to_string(), channel.clone());
         Ok(RaftPeerClient::new(channel))
     }

@@ -36,14 +36,23 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// A gateway forwarding to the gRPC server at `addr` (this member's client listener).
+    /// A gateway calling this member's gRPC services through `connector` (in process: see
+    /// `transport::in_process`).
     ///
     /// # Errors
-    /// When `addr` does not make a valid endpoint.
-    pub fn new(addr: std::net::SocketAddr) -> Result<Self, tonic::transport::Error> {
-        let channel = Endpoint::from_shared(format!("http://{addr}"))?
-            .tcp_nodelay(true)
-            .connect_lazy();
+    /// Never in practice (the endpoint is a constant).
+    pub fn new(
+        connector: impl tower::Service<
+                http::Uri,
+                Response = hyper_util::rt::TokioIo<tokio::io::DuplexStream>,
+                Error = std::io::Error,
+                Future = impl Send + 'static,
+            > + Clone
+            + Send
+            + 'static,
+    ) -> Result<Self, tonic::transport::Error> {
+        let channel =
+            Endpoint::from_static("http://in-process").connect_with_connector_lazy(connector);
         Ok(Gateway { channel })
     }
 

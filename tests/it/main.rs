@@ -10,4 +10,5 @@ mod lease;
 mod lock;
 mod maintenance;
 mod membership;
+mod tls;
 mod watch;

@@ -1,30 +1,20 @@
-//! Starts a member: opens storage, starts Raft, serves peers and clients, and shuts down
-//! gracefully on SIGTERM/SIGINT.
+//! Starts a member: opens storage, starts Raft, serves peers and clients (see `listeners`), and
+//! shuts down gracefully on SIGTERM/SIGINT.
+
+mod listeners;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{anyhow, Context as _};
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::StreamExt as _;
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 
 use crate::config::{self, ClusterState, Config};
 use crate::pb::concordpb::raft_peer_server::RaftPeerServer;
-use crate::pb::etcdserverpb::cluster_server::ClusterServer;
-use crate::pb::etcdserverpb::kv_server::KvServer;
-use crate::pb::etcdserverpb::lease_server::LeaseServer;
-use crate::pb::etcdserverpb::maintenance_server::MaintenanceServer;
-use crate::pb::etcdserverpb::watch_server::WatchServer;
-use crate::pb::v3electionpb::election_server::ElectionServer;
-use crate::pb::v3lockpb::lock_server::LockServer;
 use crate::raft::{RaftNode, RaftOptions};
-use crate::rpc::{
-    cluster::ClusterService, election::ElectionService, kv::KvService, lease::LeaseService,
-    lock::LockService, maintenance::MaintenanceService, watch::WatchService, Context,
-};
+use crate::rpc::Context;
 use crate::storage::Storage;
 
 /// gRPC's own framing overhead that etcd allows above `--max-request-bytes`.
@@ -61,35 +51,6 @@ impl Member {
     }
 }
 
-/// Resolves `http://host:port` to the socket addresses to bind.
-async fn bind_all(urls: &str) -> anyhow::Result<Vec<TcpListener>> {
-    let mut out = Vec::new();
-    for url in config::split_urls(urls) {
-        let hostport = url
-            .split_once("://")
-            .map_or(url.as_str(), |(_, rest)| rest)
-            .trim_end_matches('/');
-        let addr = tokio::net::lookup_host(hostport)
-            .await
-            .with_context(|| format!("cannot resolve {url}"))?
-            .next()
-            .ok_or_else(|| anyhow!("no address for {url}"))?;
-        let listener = TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen on {url}"))?;
-        out.push(listener);
-    }
-    Ok(out)
-}
-
-async fn stopped(mut rx: watch::Receiver<bool>) {
-    while !*rx.borrow() {
-        if rx.changed().await.is_err() {
-            return;
-        }
-    }
-}
-
 /// Starts a member from `cfg` and returns once it is serving.
 ///
 /// # Errors
@@ -98,6 +59,13 @@ async fn stopped(mut rx: watch::Receiver<bool>) {
 pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
     let data_dir = cfg.data_dir();
     let members = cfg.initial_members().map_err(|e| anyhow!(e))?;
+    // TLS first: a bad certificate flag fails before anything is written.
+    let client_tls = crate::tls::Side::client(cfg).map_err(|e| anyhow!(e))?;
+    let peer_tls = crate::tls::Side::peer(cfg).map_err(|e| anyhow!(e))?;
+    let peer_dial = match &peer_tls {
+        Some(side) => Some(side.client_config().map_err(|e| anyhow!(e))?),
+        None => None,
+    };
     let opening = std::time::Instant::now();
     let storage = Storage::open(&data_dir).context("opening the data dir")?;
     tracing::info!(
@@ -105,7 +73,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
         "storage opened"
     );
     let retention = cfg.retention().map_err(|e| anyhow!(e))?;
-    let (id, cluster_id) = identity(cfg, &members, &storage).await?;
+    let (id, cluster_id) = identity(cfg, &members, &storage, peer_dial.clone()).await?;
     let options = RaftOptions {
         heartbeat: std::time::Duration::from_millis(cfg.heartbeat_interval),
         election: std::time::Duration::from_millis(cfg.election_timeout),
@@ -115,6 +83,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
         progress_interval: cfg.watch_progress_notify_interval,
         lease_checkpoint_interval: cfg.lease_checkpoint_interval,
         quota_bytes: cfg.quota_bytes(),
+        peer_tls: peer_dial,
     };
     let node = RaftNode::start(id, cluster_id, storage.clone(), &data_dir, options).await?;
     if *node.removed().borrow() {
@@ -124,21 +93,16 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
 
-    for listener in bind_all(&cfg.listen_peer_urls).await? {
+    for bound in listeners::bind_all(&cfg.listen_peer_urls).await? {
+        let tls = listeners::tls_for(&bound.url, peer_tls.as_ref())?;
         let svc = RaftPeerServer::new(node.peer_service())
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX);
-        let shutdown = stopped(stop_rx.clone());
+        let shutdown = listeners::stopped(stop_rx.clone());
         tasks.push(tokio::spawn(async move {
-            let incoming = TcpIncoming::from(listener)
-                .with_nodelay(Some(true))
-                .map(|conn| conn.map(crate::transport::Coalesced::new));
-            if let Err(e) = Server::builder()
-                .add_service(svc)
-                .serve_with_incoming_shutdown(incoming, shutdown)
-                .await
-            {
-                tracing::error!(error = %e, "peer server failed");
+            let router = Server::builder().add_service(svc);
+            if let Err(e) = listeners::serve_on!(router, bound.listener, tls, shutdown) {
+                tracing::error!(error = %e, url = %bound.url, "peer server failed");
             }
         }));
     }
@@ -165,7 +129,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
     node.spawn_corruption_check(cfg.corrupt_check_time, stop_rx.clone());
     let mut removed = node.removed();
     let stop_on_removal = stop.clone();
-    let shutdown = stopped(stop_rx.clone());
+    let shutdown = listeners::stopped(stop_rx.clone());
     tasks.push(tokio::spawn(async move {
         tokio::select! {
             r = removed.wait_for(|r| *r) => if r.is_ok() {
@@ -176,83 +140,37 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
         }
     }));
     let max_recv = cfg.max_request_bytes.saturating_add(GRPC_OVERHEAD_BYTES);
+    let routes = listeners::client_routes(&ctx, max_recv, &stop_rx);
+    let gateway = if cfg.enable_grpc_gateway {
+        Some(listeners::start_gateway(
+            routes.clone(),
+            &stop_rx,
+            &mut tasks,
+        )?)
+    } else {
+        None
+    };
     let mut client_addrs = Vec::new();
-    for listener in bind_all(&cfg.listen_client_urls).await? {
-        client_addrs.push(listener.local_addr()?);
-        let gateway = if cfg.enable_grpc_gateway {
-            Some(crate::rpc::gateway::Gateway::new(listener.local_addr()?)?)
-        } else {
-            None
+    for bound in listeners::bind_all(&cfg.listen_client_urls).await? {
+        client_addrs.push(bound.listener.local_addr()?);
+        let tls = listeners::tls_for(&bound.url, client_tls.as_ref())?;
+        let extras = listeners::ClientExtras {
+            gateway: gateway.clone(),
+            streams: cfg.max_concurrent_streams,
+            keepalive: (cfg.grpc_keepalive_interval, cfg.grpc_keepalive_timeout),
         };
-        let (streams, keepalive, keepalive_timeout) = (
-            cfg.max_concurrent_streams,
-            cfg.grpc_keepalive_interval,
-            cfg.grpc_keepalive_timeout,
-        );
-        let (health, health_svc) = tonic_health::server::health_reporter();
-        health
-            .set_service_status("", tonic_health::ServingStatus::Serving)
-            .await;
-        let kv = KvServer::new(KvService::new(ctx.clone()))
-            .max_decoding_message_size(max_recv)
-            .max_encoding_message_size(usize::MAX);
-        let maintenance = MaintenanceServer::new(MaintenanceService::new(ctx.clone()));
-        let cluster = ClusterServer::new(ClusterService::new(ctx.clone()));
-        let lease = LeaseServer::new(LeaseService::new(ctx.clone()));
-        let lock = LockServer::new(LockService::new(ctx.clone()));
-        let election = ElectionServer::new(ElectionService::new(ctx.clone()));
-        let watch = WatchServer::new(WatchService::new(ctx.clone(), stop_rx.clone()))
-            .max_decoding_message_size(max_recv)
-            .max_encoding_message_size(usize::MAX);
-        let shutdown = stopped(stop_rx.clone());
-        let http_node = node.clone();
-        tasks.push(tokio::spawn(async move {
-            let incoming = TcpIncoming::from(listener)
-                .with_nodelay(Some(true))
-                .map(|conn| conn.map(crate::transport::Coalesced::new));
-            if let Err(e) = Server::builder()
-                // One span per client request, named by its gRPC method or HTTP path.
-                .trace_fn(|req| tracing::debug_span!("request", path = %req.uri().path()))
-                .accept_http1(true)
-                .max_concurrent_streams(Some(streams))
-                .http2_keepalive_interval(Some(keepalive))
-                .http2_keepalive_timeout(Some(keepalive_timeout))
-                .layer(crate::rpc::http::layer(http_node, gateway))
-                .layer(tower::util::MapResponseLayer::new(
-                    crate::rpc::limits::grpc_go_size_errors,
-                ))
-                .add_service(health_svc)
-                .add_service(kv)
-                .add_service(maintenance)
-                .add_service(cluster)
-                .add_service(lease)
-                .add_service(lock)
-                .add_service(election)
-                .add_service(watch)
-                .serve_with_incoming_shutdown(incoming, shutdown)
-                .await
-            {
-                tracing::error!(error = %e, "client server failed");
-            }
-        }));
+        tasks.push(listeners::serve_client(
+            bound,
+            tls,
+            node.clone(),
+            routes.clone(),
+            extras,
+            &stop_rx,
+        ));
     }
-    for listener in bind_all(&cfg.listen_metrics_urls).await? {
-        // The HTTP endpoints alone; gRPC health is the only service behind them.
-        let (_, health_svc) = tonic_health::server::health_reporter();
-        let shutdown = stopped(stop_rx.clone());
-        let http_node = node.clone();
-        tasks.push(tokio::spawn(async move {
-            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-            if let Err(e) = Server::builder()
-                .accept_http1(true)
-                .layer(crate::rpc::http::layer(http_node, None))
-                .add_service(health_svc)
-                .serve_with_incoming_shutdown(incoming, shutdown)
-                .await
-            {
-                tracing::error!(error = %e, "metrics server failed");
-            }
-        }));
+    for bound in listeners::bind_all(&cfg.listen_metrics_urls).await? {
+        let tls = listeners::tls_for(&bound.url, client_tls.as_ref())?;
+        tasks.push(listeners::serve_metrics(bound, tls, node.clone(), &stop_rx));
     }
     tracing::info!(
         name = %cfg.name,
@@ -279,6 +197,7 @@ async fn identity(
     cfg: &Config,
     members: &std::collections::BTreeMap<u64, config::InitialMember>,
     storage: &Storage,
+    peer_tls: Option<Arc<rustls::ClientConfig>>,
 ) -> anyhow::Result<(u64, u64)> {
     if let Some(known) = storage.identity()? {
         return Ok(known);
@@ -297,9 +216,14 @@ async fn identity(
         ClusterState::Existing => {
             let peers: Vec<String> = members.values().flat_map(|m| m.peer_urls.clone()).collect();
             let own = config::split_urls(&cfg.initial_advertise_peer_urls);
-            crate::raft::discover_identity(&peers, &own, std::time::Duration::from_secs(30))
-                .await
-                .map_err(|e| anyhow!(e))?
+            crate::raft::discover_identity(
+                &peers,
+                &own,
+                std::time::Duration::from_secs(30),
+                peer_tls,
+            )
+            .await
+            .map_err(|e| anyhow!(e))?
         }
     };
     storage.save_identity(id, cluster_id)?;

@@ -1,0 +1,214 @@
+//! The member's listeners: peers, clients (gRPC, the JSON gateway and the HTTP endpoints) and
+//! metrics, each plain or TLS by its URL's scheme, and the in-process server the JSON gateway
+//! calls.
+
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context as _};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::StreamExt as _;
+use tonic::service::Routes;
+use tonic::transport::Server;
+
+use crate::config;
+use crate::pb::etcdserverpb::cluster_server::ClusterServer;
+use crate::pb::etcdserverpb::kv_server::KvServer;
+use crate::pb::etcdserverpb::lease_server::LeaseServer;
+use crate::pb::etcdserverpb::maintenance_server::MaintenanceServer;
+use crate::pb::etcdserverpb::watch_server::WatchServer;
+use crate::pb::v3electionpb::election_server::ElectionServer;
+use crate::pb::v3lockpb::lock_server::LockServer;
+use crate::raft::RaftNode;
+use crate::rpc::{
+    cluster::ClusterService, election::ElectionService, kv::KvService, lease::LeaseService,
+    lock::LockService, maintenance::MaintenanceService, watch::WatchService, Context,
+};
+
+/// A bound listener and the URL it was asked for.
+pub struct Bound {
+    /// The URL (its scheme says plain or TLS).
+    pub url: String,
+    /// The socket.
+    pub listener: TcpListener,
+}
+
+/// Binds every URL of a comma-separated list (`http://host:port` or `https://host:port`).
+///
+/// # Errors
+/// When a host does not resolve or an address cannot be bound.
+pub async fn bind_all(urls: &str) -> anyhow::Result<Vec<Bound>> {
+    let mut out = Vec::new();
+    for url in config::split_urls(urls) {
+        let hostport = url
+            .split_once("://")
+            .map_or(url.as_str(), |(_, rest)| rest)
+            .trim_end_matches('/');
+        let addr = tokio::net::lookup_host(hostport)
+            .await
+            .with_context(|| format!("cannot resolve {url}"))?
+            .next()
+            .ok_or_else(|| anyhow!("no address for {url}"))?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {url}"))?;
+        out.push(Bound { url, listener });
+    }
+    Ok(out)
+}
+
+/// Resolves once `rx` says stop.
+pub async fn stopped(mut rx: watch::Receiver<bool>) {
+    while !*rx.borrow() {
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The TLS server configuration a listener at `url` needs, if any.
+///
+/// # Errors
+/// When the URL is `https://` and its side has no TLS.
+pub fn tls_for(
+    url: &str,
+    side: Option<&Arc<crate::tls::Side>>,
+) -> anyhow::Result<Option<Arc<rustls::ServerConfig>>> {
+    if !crate::tls::is_https(url) {
+        return Ok(None);
+    }
+    let side = side.ok_or_else(|| anyhow!("no TLS certificate for {url}"))?;
+    Ok(Some(side.server_config().map_err(|e| anyhow!(e))?))
+}
+
+/// Serves `router` on `listener`, through TLS when `tls` is given, until `shutdown`.
+macro_rules! serve_on {
+    ($router:expr, $listener:expr, $tls:expr, $shutdown:expr) => {
+        match $tls {
+            None => {
+                let incoming = tonic::transport::server::TcpIncoming::from($listener)
+                    .with_nodelay(Some(true))
+                    .map(|conn| conn.map($crate::transport::Coalesced::new));
+                $router
+                    .serve_with_incoming_shutdown(incoming, $shutdown)
+                    .await
+            }
+            Some(tls) => {
+                let incoming = $crate::tls::accept::incoming($listener, tls)
+                    .map(|conn| conn.map($crate::transport::Coalesced::new));
+                $router
+                    .serve_with_incoming_shutdown(incoming, $shutdown)
+                    .await
+            }
+        }
+    };
+}
+pub(crate) use serve_on;
+
+/// The client gRPC services of a member (KV, Watch, Lease, Lock, Election, Cluster,
+/// Maintenance), with etcd's message size limits.
+pub fn client_routes(ctx: &Context, max_recv: usize, stop: &watch::Receiver<bool>) -> Routes {
+    let kv = KvServer::new(KvService::new(ctx.clone()))
+        .max_decoding_message_size(max_recv)
+        .max_encoding_message_size(usize::MAX);
+    let watch = WatchServer::new(WatchService::new(ctx.clone(), stop.clone()))
+        .max_decoding_message_size(max_recv)
+        .max_encoding_message_size(usize::MAX);
+    Routes::new(kv)
+        .add_service(watch)
+        .add_service(MaintenanceServer::new(MaintenanceService::new(ctx.clone())))
+        .add_service(ClusterServer::new(ClusterService::new(ctx.clone())))
+        .add_service(LeaseServer::new(LeaseService::new(ctx.clone())))
+        .add_service(LockServer::new(LockService::new(ctx.clone())))
+        .add_service(ElectionServer::new(ElectionService::new(ctx.clone())))
+}
+
+/// Starts the in-process server the JSON gateway calls; returns the gateway.
+///
+/// # Errors
+/// Never in practice.
+pub fn start_gateway(
+    routes: Routes,
+    stop: &watch::Receiver<bool>,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> anyhow::Result<crate::rpc::gateway::Gateway> {
+    let (connector, incoming) = crate::transport::in_process::pipe();
+    let shutdown = stopped(stop.clone());
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = Server::builder()
+            .layer(tower::util::MapResponseLayer::new(
+                crate::rpc::limits::grpc_go_size_errors,
+            ))
+            .add_routes(routes)
+            .serve_with_incoming_shutdown(incoming, shutdown)
+            .await
+        {
+            tracing::error!(error = %e, "gateway server failed");
+        }
+    }));
+    Ok(crate::rpc::gateway::Gateway::new(connector)?)
+}
+
+/// What a client listener serves besides the gRPC services.
+pub struct ClientExtras {
+    /// The JSON gateway, if enabled.
+    pub gateway: Option<crate::rpc::gateway::Gateway>,
+    /// `--max-concurrent-streams`.
+    pub streams: u32,
+    /// `--grpc-keepalive-interval` and `--grpc-keepalive-timeout`.
+    pub keepalive: (std::time::Duration, std::time::Duration),
+}
+
+/// Serves a client listener: gRPC, the gateway and the HTTP endpoints.
+pub fn serve_client(
+    bound: Bound,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    node: Arc<RaftNode>,
+    routes: Routes,
+    extras: ClientExtras,
+    stop: &watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let shutdown = stopped(stop.clone());
+    tokio::spawn(async move {
+        let (health, health_svc) = tonic_health::server::health_reporter();
+        health
+            .set_service_status("", tonic_health::ServingStatus::Serving)
+            .await;
+        let router = Server::builder()
+            // One span per client request, named by its gRPC method or HTTP path.
+            .trace_fn(|req| tracing::debug_span!("request", path = %req.uri().path()))
+            .accept_http1(true)
+            .max_concurrent_streams(Some(extras.streams))
+            .http2_keepalive_interval(Some(extras.keepalive.0))
+            .http2_keepalive_timeout(Some(extras.keepalive.1))
+            .layer(crate::rpc::http::layer(node, extras.gateway))
+            .layer(tower::util::MapResponseLayer::new(
+                crate::rpc::limits::grpc_go_size_errors,
+            ))
+            .add_routes(routes)
+            .add_service(health_svc);
+        if let Err(e) = serve_on!(router, bound.listener, tls, shutdown) {
+            tracing::error!(error = %e, url = %bound.url, "client server failed");
+        }
+    })
+}
+
+/// Serves a metrics listener: the HTTP endpoints and gRPC health.
+pub fn serve_metrics(
+    bound: Bound,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    node: Arc<RaftNode>,
+    stop: &watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let shutdown = stopped(stop.clone());
+    tokio::spawn(async move {
+        let (_, health_svc) = tonic_health::server::health_reporter();
+        let router = Server::builder()
+            .accept_http1(true)
+            .layer(crate::rpc::http::layer(node, None))
+            .add_service(health_svc);
+        if let Err(e) = serve_on!(router, bound.listener, tls, shutdown) {
+            tracing::error!(error = %e, url = %bound.url, "metrics server failed");
+        }
+    })
+}

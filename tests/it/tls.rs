@@ -1,0 +1,366 @@
+//! TLS for clients and peers: kubeadm's etcd command line, verbatim, on three members with a CA
+//! and certificates made the way kubeadm makes them; clients without a certificate refused;
+//! certificate rotation without a restart; bad certificate flags refused at start.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use concord::pb::etcdserverpb::kv_client::KvClient;
+use concord::pb::etcdserverpb::{PutRequest, RangeRequest};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::cluster::{free_port, http_get, TestResult};
+
+/// A CA and the certificates it signed, as PEM files in a directory.
+struct Pki {
+    dir: PathBuf,
+    ca: rcgen::Certificate,
+    ca_key: rcgen::KeyPair,
+}
+
+impl Pki {
+    fn new(dir: &Path) -> TestResult<Self> {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "etcd-ca");
+        let ca_key = rcgen::KeyPair::generate()?;
+        let ca = params.self_signed(&ca_key)?;
+        std::fs::write(dir.join("ca.crt"), ca.pem())?;
+        Ok(Pki {
+            dir: dir.to_path_buf(),
+            ca,
+            ca_key,
+        })
+    }
+
+    /// Writes `<name>.crt` and `<name>.key`, signed by the CA, for CN `cn`.
+    fn issue(&self, name: &str, cn: &str, server: bool) -> TestResult {
+        let sans = if server {
+            vec!["localhost".to_string(), "127.0.0.1".to_string()]
+        } else {
+            Vec::new()
+        };
+        let mut params = rcgen::CertificateParams::new(sans)?;
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        if server {
+            params
+                .extended_key_usages
+                .push(rcgen::ExtendedKeyUsagePurpose::ServerAuth);
+        }
+        let key = rcgen::KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.ca, &self.ca_key)?;
+        // Replaced by rename, as a certificate manager does, so no reader sees half a file.
+        for (ext, text) in [("key", key.serialize_pem()), ("crt", cert.pem())] {
+            let tmp = self.dir.join(format!("{name}.{ext}.tmp"));
+            std::fs::write(&tmp, text)?;
+            std::fs::rename(&tmp, self.path(&format!("{name}.{ext}")))?;
+        }
+        Ok(())
+    }
+
+    fn path(&self, file: &str) -> String {
+        self.dir.join(file).to_string_lossy().into_owned()
+    }
+
+    /// A client configuration trusting the CA, presenting `<name>.crt` if given.
+    fn client(&self, name: Option<&str>) -> TestResult<Arc<rustls::ClientConfig>> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(CertificateDer::from_pem_file(self.path("ca.crt"))?)?;
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots);
+        let mut config = match name {
+            Some(n) => {
+                let chain = vec![CertificateDer::from_pem_file(
+                    self.path(&format!("{n}.crt")),
+                )?];
+                let key = PrivateKeyDer::from_pem_file(self.path(&format!("{n}.key")))?;
+                builder.with_client_auth_cert(chain, key)?
+            }
+            None => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(Arc::new(config))
+    }
+}
+
+/// A KV client over TLS to `127.0.0.1:port`.
+async fn kv(port: u16, tls: Arc<rustls::ClientConfig>) -> TestResult<KvClient<Channel>> {
+    let connector = concord::transport::connector(Duration::from_secs(5), None, Some(tls));
+    let channel = Endpoint::from_shared(format!("http://127.0.0.1:{port}"))?
+        .connect_with_connector(connector)
+        .await?;
+    Ok(KvClient::new(channel))
+}
+
+async fn put(kv: &mut KvClient<Channel>, key: &str, value: &str) -> TestResult {
+    kv.put(PutRequest {
+        key: key.into(),
+        value: value.into(),
+        ..Default::default()
+    })
+    .await?;
+    Ok(())
+}
+
+async fn get(kv: &mut KvClient<Channel>, key: &str) -> TestResult<Option<Vec<u8>>> {
+    let r = kv
+        .range(RangeRequest {
+            key: key.into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    Ok(r.kvs.into_iter().next().map(|kv| kv.value))
+}
+
+/// Member processes, killed when dropped.
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// kubeadm's etcd flags for member `name` (ports on 127.0.0.1).
+fn kubeadm_flags(
+    pki: &Pki,
+    dir: &Path,
+    name: &str,
+    ports: (u16, u16, u16),
+    initial: &str,
+) -> Vec<String> {
+    let (client, peer, metrics) = ports;
+    [
+        format!("--advertise-client-urls=https://127.0.0.1:{client}"),
+        format!("--cert-file={}", pki.path("server.crt")),
+        "--client-cert-auth=true".into(),
+        format!("--data-dir={}", dir.join(name).display()),
+        "--experimental-initial-corrupt-check=true".into(),
+        "--experimental-watch-progress-notify-interval=5s".into(),
+        format!("--initial-advertise-peer-urls=https://127.0.0.1:{peer}"),
+        format!("--initial-cluster={initial}"),
+        format!("--key-file={}", pki.path("server.key")),
+        format!("--listen-client-urls=https://127.0.0.1:{client}"),
+        format!("--listen-metrics-urls=http://127.0.0.1:{metrics}"),
+        format!("--listen-peer-urls=https://127.0.0.1:{peer}"),
+        format!("--name={name}"),
+        format!("--peer-cert-file={}", pki.path("peer.crt")),
+        "--peer-client-cert-auth=true".into(),
+        format!("--peer-key-file={}", pki.path("peer.key")),
+        format!("--peer-trusted-ca-file={}", pki.path("ca.crt")),
+        "--snapshot-count=10000".into(),
+        format!("--trusted-ca-file={}", pki.path("ca.crt")),
+    ]
+    .into()
+}
+
+fn spawn(args: &[String], log: &Path) -> TestResult<Child> {
+    let log = std::fs::File::create(log)?;
+    Ok(Command::new(env!("CARGO_BIN_EXE_concord"))
+        .args(args)
+        .args(["--log-level", "warn"])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()?)
+}
+
+/// Retries `op` for up to 20 s (members start, elect, and connect).
+async fn eventually<T, F, Fut>(mut op: F) -> TestResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = TestResult<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() > deadline => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubeadms_command_line_forms_a_tls_cluster() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let pki = Pki::new(dir.path())?;
+    pki.issue("server", "node", true)?;
+    pki.issue("peer", "node", true)?;
+    pki.issue("apiserver-etcd-client", "kube-apiserver-etcd-client", false)?;
+    let ports: Vec<(u16, u16, u16)> = (0..3)
+        .map(|_| Ok((free_port()?, free_port()?, free_port()?)))
+        .collect::<TestResult<_>>()?;
+    let initial = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("n{i}=https://127.0.0.1:{}", p.1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut procs = Procs(Vec::new());
+    for (i, p) in ports.iter().enumerate() {
+        let args = kubeadm_flags(&pki, dir.path(), &format!("n{i}"), *p, &initial);
+        procs
+            .0
+            .push(spawn(&args, &dir.path().join(format!("n{i}.log")))?);
+    }
+    let client = pki.client(Some("apiserver-etcd-client"))?;
+    let (first, last) = (ports[0].0, ports[2].0);
+    eventually(|| async { put(&mut kv(first, client.clone()).await?, "k", "v").await }).await?;
+    let got = eventually(|| async { get(&mut kv(last, client.clone()).await?, "k").await }).await?;
+    assert_eq!(
+        got.as_deref(),
+        Some(&b"v"[..]),
+        "written on n0, read on n2 over TLS"
+    );
+
+    // A client without a certificate, and a plaintext client, are refused.
+    let anonymous = pki.client(None)?;
+    let refused = match kv(first, anonymous).await {
+        Ok(mut c) => put(&mut c, "k", "x").await.is_err(),
+        Err(_) => true,
+    };
+    assert!(refused, "a client without a certificate was served");
+    let plain = match KvClient::connect(format!("http://127.0.0.1:{first}")).await {
+        Ok(mut c) => put(&mut c, "k", "x").await.is_err(),
+        Err(_) => true,
+    };
+    assert!(plain, "a plaintext client was served on a TLS port");
+    // kubelet's probe on the plain metrics URL.
+    let health = http_get(ports[0].2, "/health?exclude=NOSPACE&serializable=true").await?;
+    assert!(health.contains("\"health\":\"true\""), "{health}");
+    let got = get(&mut kv(first, client).await?, "k").await?;
+    assert_eq!(
+        got.as_deref(),
+        Some(&b"v"[..]),
+        "refused clients wrote nothing"
+    );
+    Ok(())
+}
+
+/// The CN of the certificate a TLS server at `127.0.0.1:port` presents now.
+async fn served_cn(port: u16, tls: Arc<rustls::ClientConfig>) -> TestResult<String> {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let name = ServerName::try_from("127.0.0.1")?;
+    let session = tokio_rustls::TlsConnector::from(tls)
+        .connect(name, tcp)
+        .await?;
+    let cert = session
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first().cloned())
+        .ok_or("no certificate")?;
+    Ok(concord::tls::common_name(&cert).unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_certificate_is_served_without_a_restart() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let pki = Pki::new(dir.path())?;
+    pki.issue("server", "before", true)?;
+    pki.issue("client", "root", false)?;
+    let (client_port, peer_port) = (free_port()?, free_port()?);
+    let args: Vec<String> = vec![
+        format!("--data-dir={}", dir.path().join("m").display()),
+        format!("--listen-client-urls=https://127.0.0.1:{client_port}"),
+        format!("--advertise-client-urls=https://127.0.0.1:{client_port}"),
+        format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+        format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
+        format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
+        format!("--cert-file={}", pki.path("server.crt")),
+        format!("--key-file={}", pki.path("server.key")),
+        format!("--trusted-ca-file={}", pki.path("ca.crt")),
+        "--client-cert-auth".into(),
+    ];
+    let _procs = Procs(vec![spawn(&args, &dir.path().join("m.log"))?]);
+    let client = pki.client(Some("client"))?;
+    let mut old = eventually(|| async {
+        let mut c = kv(client_port, client.clone()).await?;
+        put(&mut c, "a", "1").await?;
+        Ok(c)
+    })
+    .await?;
+    assert_eq!(
+        served_cn(client_port, pki.client(Some("client"))?).await?,
+        "before"
+    );
+    pki.issue("server", "after", true)?;
+    assert_eq!(
+        served_cn(client_port, pki.client(Some("client"))?).await?,
+        "after",
+        "a new connection gets the new certificate"
+    );
+    // The connection made before the rotation keeps working.
+    put(&mut old, "b", "2").await?;
+    let mut new = kv(client_port, client).await?;
+    assert_eq!(get(&mut new, "b").await?.as_deref(), Some(&b"2"[..]));
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_certificate_flags_are_refused_at_start_naming_the_flag() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let pki = Pki::new(dir.path())?;
+    pki.issue("server", "node", true)?;
+    pki.issue("other", "node", true)?;
+    let missing = dir
+        .path()
+        .join("missing.crt")
+        .to_string_lossy()
+        .into_owned();
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (
+            vec![
+                format!("--cert-file={missing}"),
+                format!("--key-file={}", pki.path("server.key")),
+            ],
+            format!("--cert-file {missing}"),
+        ),
+        (
+            vec![
+                format!("--cert-file={}", pki.path("server.crt")),
+                format!("--key-file={}", pki.path("other.key")),
+            ],
+            "does not match the certificate".into(),
+        ),
+        (
+            vec!["--listen-client-urls=https://127.0.0.1:0".into()],
+            "must be provided for client url https://127.0.0.1:0".into(),
+        ),
+        (
+            vec!["--tls-min-version=TLS1.1".into()],
+            "unexpected TLS version".into(),
+        ),
+    ];
+    for (mut args, want) in cases {
+        args.push(format!("--data-dir={}", dir.path().join("d").display()));
+        let out = tokio::time::timeout(
+            Duration::from_secs(20),
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_concord"))
+                .args(&args)
+                .env("RUST_BACKTRACE", "0")
+                .output(),
+        )
+        .await
+        .map_err(|_| format!("{args:?} did not exit"))??;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} started");
+        assert!(stderr.contains(&want), "{args:?}: {stderr}");
+    }
+    Ok(())
+}
