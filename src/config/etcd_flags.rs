@@ -233,4 +233,16 @@ mod tests {
         assert!(lookup("experimental-initial-corrupt-check").is_some());
         assert!(lookup("nope").is_none());
     }
+
+    #[test]
+    fn the_readme_table_lists_every_flag() {
+        let readme = include_str!("../../README.md");
+        for f in FLAGS {
+            assert!(
+                readme.contains(&format!("| `--{}` |", f.name)),
+                "--{} missing",
+                f.name
+            );
+        }
+    }
 }
