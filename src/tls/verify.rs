@@ -165,3 +165,75 @@ impl ServerCertVerifier for AnyServerCert {
         self.0.signature_verification_algorithms.supported_schemes()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+    /// A CA, and a verifier requiring certificates it signed.
+    fn ca() -> TestResult<(
+        rcgen::Certificate,
+        rcgen::KeyPair,
+        Arc<dyn ClientCertVerifier>,
+    )> {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let key = rcgen::KeyPair::generate()?;
+        let cert = params.self_signed(&key)?;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert.der().clone())?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()?;
+        Ok((cert, key, verifier))
+    }
+
+    fn issue(
+        ca: &rcgen::Certificate,
+        ca_key: &rcgen::KeyPair,
+        cn: &str,
+        sans: &[&str],
+    ) -> TestResult<CertificateDer<'static>> {
+        let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
+        let mut params = rcgen::CertificateParams::new(sans)?;
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let key = rcgen::KeyPair::generate()?;
+        Ok(params.signed_by(&key, ca, ca_key)?.der().clone())
+    }
+
+    #[test]
+    fn allowed_cns_and_hostnames_are_enforced() -> TestResult {
+        let (ca_cert, ca_key, inner) = ca()?;
+        let now = UnixTime::now();
+        let by_cn = AllowedNames {
+            inner: inner.clone(),
+            cns: vec!["member-a".into()],
+            hostnames: Vec::new(),
+        };
+        let a = issue(&ca_cert, &ca_key, "member-a", &["a.example"])?;
+        let b = issue(&ca_cert, &ca_key, "member-b", &["b.example", "10.0.0.2"])?;
+        assert!(by_cn.verify_client_cert(&a, &[], now).is_ok());
+        assert!(by_cn.verify_client_cert(&b, &[], now).is_err());
+        let by_host = AllowedNames {
+            inner,
+            cns: Vec::new(),
+            hostnames: vec!["b.example".into()],
+        };
+        assert!(by_host.verify_client_cert(&b, &[], now).is_ok());
+        assert!(by_host.verify_client_cert(&a, &[], now).is_err());
+        assert!(names_host(&b, "10.0.0.2"));
+        assert!(!names_host(&b, "10.0.0.3"));
+        assert_eq!(common_name(&a).as_deref(), Some("member-a"));
+        // Not signed by the CA: refused whatever its name.
+        let (other, other_key, _) = ca()?;
+        let stranger = issue(&other, &other_key, "member-a", &[])?;
+        assert!(by_cn.verify_client_cert(&stranger, &[], now).is_err());
+        Ok(())
+    }
+}
