@@ -63,7 +63,7 @@ const AUTH: &str = "authentication is not implemented yet (Concord issue 18)";
 
 /// etcd 3.5's flags, and Concord's extensions, sorted as etcd's help lists them.
 pub const FLAGS: &[Flag] = &[
-    f("config-file", Text, DefaultOnly("", "configuration files are not supported yet: pass flags or ETCD_* variables")),
+    f("config-file", Text, Implemented),
     // member
     f("name", Text, Implemented),
     f("data-dir", Text, Implemented),
@@ -167,7 +167,7 @@ pub const FLAGS: &[Flag] = &[
     // gateway
     f("enable-grpc-gateway", Bool, Implemented),
     // experimental
-    f("experimental-initial-corrupt-check", Bool, NoEffect("not implemented yet: the periodic check (--experimental-corrupt-check-time) is")),
+    f("experimental-initial-corrupt-check", Bool, Implemented),
     f("experimental-corrupt-check-time", Duration, Implemented),
     f("experimental-compact-hash-check-enabled", Bool, NoEffect("not implemented yet")),
     f("experimental-compact-hash-check-time", Duration, NoEffect("not implemented yet")),

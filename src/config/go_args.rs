@@ -49,6 +49,13 @@ pub enum Note {
         /// The variable.
         var: String,
     },
+    /// The configuration came from a file; the command line and environment were ignored.
+    ConfigFile {
+        /// The file.
+        path: String,
+        /// Its keys that name no setting.
+        unknown: Vec<String>,
+    },
     /// An `ETCD_*` variable that names no flag.
     EnvUnrecognized {
         /// The variable.
@@ -147,6 +154,41 @@ pub fn parse(args: &[String], env: &[(String, String)]) -> Result<Parsed, ArgErr
         return Ok(Parsed::Version);
     }
     let mut notes = Vec::new();
+    let config_file = set.get("config-file").cloned().or_else(|| {
+        env.iter()
+            .find(|(k, _)| k == "ETCD_CONFIG_FILE")
+            .map(|(_, v)| v.clone())
+    });
+    if let Some(path) = config_file.filter(|p| !p.is_empty()) {
+        let super::file::Settings {
+            set: settings,
+            unknown,
+        } = super::file::read(std::path::Path::new(&path)).map_err(|message| ArgError {
+            message,
+            usage: false,
+            code: 1,
+        })?;
+        set.clear();
+        for (name, value) in settings {
+            let Some(flag) = etcd_flags::lookup(&name) else {
+                continue;
+            };
+            let bad = || ArgError {
+                message: format!("--config-file {path}: invalid value {value:?} for {name}"),
+                usage: false,
+                code: 1,
+            };
+            let value = if flag.kind == Kind::Bool {
+                parse_bool(&value).ok_or_else(bad)?.to_string()
+            } else {
+                check_value(flag.kind, &value).map_err(|_| bad())?;
+                value.clone()
+            };
+            set.insert(flag.name, value);
+        }
+        notes.push(Note::ConfigFile { path, unknown });
+        return finish(set, notes);
+    }
     for (var, value) in env {
         let Some(flag_name) = var.strip_prefix("ETCD_") else {
             continue;
@@ -174,9 +216,16 @@ pub fn parse(args: &[String], env: &[(String, String)]) -> Result<Parsed, ArgErr
         notes.push(Note::EnvUsed { var: var.clone() });
         set.insert(flag.name, value);
     }
+    finish(set, notes)
+}
+
+/// The canonical arguments for the implemented flags of `set`; notes for the others.
+fn finish(set: BTreeMap<&'static str, String>, mut notes: Vec<Note>) -> Result<Parsed, ArgError> {
     let mut canonical = vec!["concord".to_string()];
     for (name, value) in set {
-        let Some(flag) = etcd_flags::lookup(name).filter(|f| f.name != "version") else {
+        let Some(flag) =
+            etcd_flags::lookup(name).filter(|f| f.name != "version" && f.name != "config-file")
+        else {
             continue;
         };
         match flag.support {
@@ -335,6 +384,39 @@ mod tests {
         assert!(notes.contains(&Note::EnvUsed {
             var: "ETCD_DATA_DIR".into()
         }));
+    }
+
+    #[test]
+    fn a_config_file_replaces_flags_and_environment() {
+        let dir = tempfile::tempdir().unwrap_or_else(|_| std::process::abort());
+        let path = dir.path().join("etcd.yml");
+        let yaml = "name: from-file\nsnapshot-count: 5\npre-vote: true\n\
+                    client-transport-security:\n  client-cert-auth: true\n";
+        std::fs::write(&path, yaml).unwrap_or_default();
+        let file = path.to_string_lossy().into_owned();
+        let (args, notes) = run(
+            &["--config-file", &file, "--name", "flag"],
+            &[("ETCD_DATA_DIR", "/env")],
+        )
+        .unwrap_or_default();
+        assert_eq!(
+            args,
+            [
+                "--client-cert-auth=true",
+                "--name=from-file",
+                "--snapshot-count=5"
+            ]
+        );
+        assert!(notes.iter().any(|n| matches!(n, Note::ConfigFile { .. })));
+        assert!(notes.contains(&Note::NoEffect {
+            flag: "pre-vote",
+            reason: "Concord always runs PreVote"
+        }));
+        // Through the environment too; a bad value is refused.
+        std::fs::write(&path, "snapshot-count: lots\n").unwrap_or_default();
+        let err = run(&[], &[("ETCD_CONFIG_FILE", &file)]).err();
+        assert!(err.is_some_and(|e| e.message.contains("snapshot-count")));
+        assert!(run(&["--config-file", "/no/such/file"], &[]).is_err());
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! typed result, with the derived settings.
 
 pub mod etcd_flags;
+pub mod file;
 pub mod go_args;
 
 use std::collections::BTreeMap;
@@ -178,6 +179,10 @@ pub struct Config {
     /// How long a ping may go unanswered before the connection is closed.
     #[arg(long, default_value = "20s", value_parser = parse_duration)]
     pub grpc_keepalive_timeout: Duration,
+    /// Compare this member's HashKV with its peers' before serving, and refuse to start on a
+    /// mismatch.
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
+    pub experimental_initial_corrupt_check: bool,
     /// Serve the JSON gateway on the client URLs.
     #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
     pub enable_grpc_gateway: bool,
@@ -233,6 +238,15 @@ pub fn log_notes(notes: &[go_args::Note]) {
                     variable_name = %var,
                     "ignored environment variable: the command line sets its flag"
                 );
+            }
+            Note::ConfigFile { path, unknown } => {
+                tracing::info!(
+                    path = %path,
+                    "loaded server configuration, other configuration command line flags and environment variables will be ignored if provided"
+                );
+                for key in unknown {
+                    tracing::warn!(path = %path, key = %key, "unknown key in the configuration file, ignored");
+                }
             }
             Note::EnvUnrecognized { var } => {
                 tracing::warn!(environment_variable = %var, "unrecognized environment variable");

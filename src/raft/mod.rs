@@ -7,6 +7,7 @@
 // openraft's storage traits fix `StorageError` (224 bytes) as the error type.
 #![allow(clippy::result_large_err)]
 
+mod corruption;
 mod election;
 mod lease;
 mod log_store;

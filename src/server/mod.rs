@@ -127,6 +127,13 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
     node.publish_attributes(cfg.name.clone(), ctx.client_urls.clone());
     crate::compactor::spawn(node.clone(), retention, stop_rx.clone());
     node.spawn_corruption_check(cfg.corrupt_check_time, stop_rx.clone());
+    if cfg.experimental_initial_corrupt_check {
+        if let Err(e) = node.initial_corruption_check().await {
+            let _ = stop.send(true);
+            node.shutdown().await;
+            return Err(anyhow!(e));
+        }
+    }
     let mut removed = node.removed();
     let stop_on_removal = stop.clone();
     let shutdown = listeners::stopped(stop_rx.clone());

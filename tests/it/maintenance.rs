@@ -353,7 +353,6 @@ async fn periodic_auto_compaction_keeps_only_the_retention_window() -> TestResul
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_corruption_check_raises_corrupt_when_a_member_diverges() -> TestResult {
-    use prost::Message;
     let mut c = Cluster::start_with(3, &["--experimental-corrupt-check-time", "300ms"])?;
     c.wait_leader(Duration::from_secs(20)).await?;
     let first = put(&c, 0, "k", "original").await?;
@@ -371,24 +370,7 @@ async fn the_corruption_check_raises_corrupt_when_a_member_diverges() -> TestRes
 
     // Tamper with one member's copy of the first write, behind Raft's back.
     c.terminate(2)?;
-    {
-        let storage = concord::storage::Storage::open(&c.data_dir(2)?)?;
-        let tampered = concord::pb::mvccpb::KeyValue {
-            key: b"k".to_vec(),
-            value: b"tampered".to_vec(),
-            create_revision: first,
-            mod_revision: first,
-            version: 1,
-            lease: 0,
-        };
-        let mut record = vec![b'p'];
-        tampered.encode(&mut record)?;
-        let mut batch = storage.batch();
-        let key = concord::mvcc::Revision::new(first, 0).to_bytes();
-        batch.insert(concord::storage::Space::Kv, &key, &record);
-        batch.commit()?;
-        storage.persist_state()?;
-    }
+    tamper(&c, 2, first)?;
     c.spawn(2)?;
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -424,5 +406,63 @@ async fn the_corruption_check_raises_corrupt_when_a_member_diverges() -> TestRes
         .err()
         .ok_or("a read went through")?;
     assert_eq!(read.code(), tonic::Code::DataLoss);
+    Ok(())
+}
+
+/// Rewrites member `m`'s copy of the write at revision `rev` (key `k`) behind Raft's back; the
+/// member must be stopped.
+fn tamper(c: &Cluster, m: usize, rev: i64) -> TestResult {
+    use prost::Message;
+    let storage = concord::storage::Storage::open(&c.data_dir(m)?)?;
+    let tampered = concord::pb::mvccpb::KeyValue {
+        key: b"k".to_vec(),
+        value: b"tampered".to_vec(),
+        create_revision: rev,
+        mod_revision: rev,
+        version: 1,
+        lease: 0,
+    };
+    let mut record = vec![b'p'];
+    tampered.encode(&mut record)?;
+    let mut batch = storage.batch();
+    let key = concord::mvcc::Revision::new(rev, 0).to_bytes();
+    batch.insert(concord::storage::Space::Kv, &key, &record);
+    batch.commit()?;
+    storage.persist_state()?;
+    Ok(())
+}
+
+/// etcd's `--experimental-initial-corrupt-check` (kubeadm turns it on): a member whose data
+/// differs from its peers' refuses to start; a healthy one starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_diverged_member_refuses_to_start_with_the_initial_corruption_check() -> TestResult {
+    let mut c = Cluster::start_with(3, &["--experimental-initial-corrupt-check=true"])?;
+    c.wait_leader(Duration::from_secs(20)).await?;
+    let first = put(&c, 0, "k", "original").await?;
+    put(&c, 0, "other", "x").await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    c.terminate(2)?;
+    tamper(&c, 2, first)?;
+    c.spawn(2)?;
+    assert!(
+        c.wait_exit(2, Duration::from_secs(30)).await?,
+        "a member with diverged data started serving"
+    );
+    let log = std::fs::read_to_string(c.data_dir(2)?.with_extension("log"))?;
+    assert!(
+        log.contains("found data inconsistency with peers"),
+        "no inconsistency reported: {log}"
+    );
+    // A member whose data matches restarts with the check on, and serves.
+    c.terminate(1)?;
+    c.spawn(1)?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while put(&c, 1, "after", "ok").await.is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the healthy member did not come back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     Ok(())
 }
