@@ -16,6 +16,9 @@ Usage:
 
 Both servers fsync every acknowledged write on a quorum (neither is given a flag that weakens
 that). --smoke: one short round of a few workloads on one node, to check that the tools work.
+--tls: both servers serve clients and peers over TLS with client-certificate auth (kubeadm's
+setup: a CA, server and peer certificates, a client certificate; made here with openssl), and
+concord-bench connects with the client certificate.
 """
 
 from __future__ import annotations
@@ -31,8 +34,34 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import ssl
 import time
 import urllib.request
+
+# Set by --tls: {"dir": ..., "ca": ..., "cert": ..., "key": ...}
+TLS: dict[str, str] = {}
+
+
+def make_certs(root: str) -> dict[str, str]:
+    """A CA, a server certificate for 127.0.0.1 (serverAuth and clientAuth, used for peers too)
+    and a client certificate, as kubeadm makes them."""
+    d = tempfile.mkdtemp(prefix="bench-pki-", dir=root)
+
+    def run(*cmd: str) -> None:
+        subprocess.run(cmd, cwd=d, check=True, capture_output=True)
+
+    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
+        "-out", "ca.crt", "-days", "2", "-subj", "/CN=bench-ca")
+    for name, cn, eku in (("server", "node", "serverAuth,clientAuth"),
+                          ("client", "root", "clientAuth")):
+        run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+            "-out", f"{name}.csr", "-subj", f"/CN={cn}")
+        with open(os.path.join(d, f"{name}.ext"), "w") as f:
+            f.write(f"subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage={eku}\n")
+        run("openssl", "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext")
+    return {"dir": d, "ca": os.path.join(d, "ca.crt"), "cert": os.path.join(d, "client.crt"),
+            "key": os.path.join(d, "client.key"), "server": os.path.join(d, "server")}
 
 ALL_WORKLOADS = ["put", "range", "range-ser", "range-prefix", "txn-cas", "mixed", "lease",
                  "lease-keepalive", "lock", "lock-contended", "watch"]
@@ -57,8 +86,9 @@ class Cluster:
         self.binary, self.n, self.label = binary, n, label
         self.dir = tempfile.mkdtemp(prefix=f"{label}-", dir=root)
         ports = free_ports(2 * n)
-        self.client = [f"http://127.0.0.1:{p}" for p in ports[:n]]
-        self.peer = [f"http://127.0.0.1:{p}" for p in ports[n:]]
+        scheme = "https" if TLS else "http"
+        self.client = [f"{scheme}://127.0.0.1:{p}" for p in ports[:n]]
+        self.peer = [f"{scheme}://127.0.0.1:{p}" for p in ports[n:]]
         self.procs: list[subprocess.Popen | None] = [None] * n
 
     def argv(self, i: int) -> list[str]:
@@ -66,7 +96,7 @@ class Cluster:
         return [self.binary, "--name", f"m{i}", "--data-dir", os.path.join(self.dir, f"m{i}"),
                 "--listen-client-urls", self.client[i], "--advertise-client-urls", self.client[i],
                 "--listen-peer-urls", self.peer[i], "--initial-advertise-peer-urls", self.peer[i],
-                "--initial-cluster", initial, "--log-level", "error"]
+                "--initial-cluster", initial, "--log-level", "error", *tls_flags()]
 
     def start(self, i: int | None = None) -> None:
         for j in ([i] if i is not None else range(self.n)):
@@ -74,8 +104,12 @@ class Cluster:
                                              stderr=subprocess.DEVNULL, start_new_session=True)
 
     def healthy(self, i: int) -> bool:
+        ctx = None
+        if TLS:
+            ctx = ssl.create_default_context(cafile=TLS["ca"])
+            ctx.load_cert_chain(TLS["cert"], TLS["key"])
         try:
-            with urllib.request.urlopen(self.client[i] + "/health", timeout=2) as r:
+            with urllib.request.urlopen(self.client[i] + "/health", timeout=2, context=ctx) as r:
                 return r.status == 200 and b'"true"' in r.read()
         except Exception:
             return False
@@ -109,6 +143,16 @@ class Cluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def tls_flags() -> list[str]:
+    """The same TLS flags for etcd and Concord: clients and peers verified by the CA."""
+    if not TLS:
+        return []
+    srv = TLS["server"]
+    return [f"--cert-file={srv}.crt", f"--key-file={srv}.key", f"--trusted-ca-file={TLS['ca']}",
+            "--client-cert-auth=true", f"--peer-cert-file={srv}.crt", f"--peer-key-file={srv}.key",
+            f"--peer-trusted-ca-file={TLS['ca']}", "--peer-client-cert-auth=true"]
+
+
 def rss(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -137,6 +181,8 @@ def bench(args, cluster: Cluster, workload: str, extra: list[str]) -> dict:
            "--server-pids", ",".join(map(str, cluster.pids())), *flags, *extra]
     if workload == "watch":
         cmd += ["--watchers", str(args.watchers)]
+    if TLS:
+        cmd += ["--cacert", TLS["ca"], "--cert", TLS["cert"], "--key", TLS["key"]]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         raise SystemExit(f"concord-bench failed: {' '.join(cmd)}\n{out.stderr}")
@@ -253,7 +299,10 @@ def main() -> int:
     ap.add_argument("--root", default=os.environ.get("BENCH_DIR", "/tmp"),
                     help="where the data dirs go (a real disk)")
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--tls", action="store_true", help="clients and peers over TLS (both servers)")
     args = ap.parse_args()
+    if args.tls:
+        TLS.update(make_certs(args.root))
     if args.smoke:
         args.duration, args.rounds, args.topologies = "1s", 1, "1"
         args.workloads, args.memory_keys, args.watchers = "put,range,txn-cas,lock,watch", 0, 10
@@ -262,7 +311,8 @@ def main() -> int:
     args.workloads = args.workloads.split(",")
     out = [f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}; "
            f"data on {args.root}; {args.clients} clients over {args.conns} connections, "
-           f"{args.duration} per run after 1 s warm-up; 256 B values."]
+           f"{args.duration} per run after 1 s warm-up; 256 B values"
+           f"{'; TLS for clients and peers, client certificates required' if args.tls else ''}."]
     if not args.memory_only:
         compare(args, out)
     if args.memory_keys > 0:

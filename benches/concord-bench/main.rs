@@ -8,6 +8,7 @@
 //! concord-bench --clients 64 --conns 8 --duration 10s range --serializable
 //! concord-bench --rate 2000 txn-cas          # fixed offered load: latency without saturation
 //! concord-bench --watchers 1000 watch        # 1 writer, 1000 watchers
+//! concord-bench --endpoints https://127.0.0.1:2379 --cacert ca.crt --cert c.crt --key c.key put
 //! ```
 //!
 //! `benches/compare.py` runs every workload against Concord and reference etcd, alternating.
@@ -90,6 +91,15 @@ pub struct Args {
     /// Server pids whose peak RSS and CPU time to report (comma-separated).
     #[arg(long, value_delimiter = ',')]
     pub server_pids: Vec<u32>,
+    /// CA certificate that signs the servers' certificates (`https://` endpoints).
+    #[arg(long)]
+    pub cacert: Option<std::path::PathBuf>,
+    /// Client certificate to present over TLS.
+    #[arg(long)]
+    pub cert: Option<std::path::PathBuf>,
+    /// The client certificate's key.
+    #[arg(long)]
+    pub key: Option<std::path::PathBuf>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,

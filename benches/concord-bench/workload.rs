@@ -97,14 +97,43 @@ pub async fn run(args: &Args) -> anyhow::Result<Measured> {
     Ok(total)
 }
 
+/// The TLS client configuration `--cacert`, `--cert` and `--key` ask for.
+fn tls_config(args: &Args) -> anyhow::Result<Option<std::sync::Arc<rustls::ClientConfig>>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let Some(ca) = &args.cacert else {
+        return Ok(None);
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca)? {
+        roots.add(cert?)?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots);
+    let mut config = match (&args.cert, &args.key) {
+        (Some(cert), Some(key)) => {
+            let chain = CertificateDer::pem_file_iter(cert)?.collect::<Result<Vec<_>, _>>()?;
+            builder.with_client_auth_cert(chain, PrivateKeyDer::from_pem_file(key)?)?
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Some(std::sync::Arc::new(config)))
+}
+
 async fn connect(args: &Args) -> anyhow::Result<Vec<Channel>> {
+    let tls = tls_config(args)?;
     let mut channels = Vec::new();
     for i in 0..args.conns.max(1) {
         let url = &args.endpoints[i % args.endpoints.len()];
         // Requests are written through the server's write coalescing too: a load generator
         // that pays one `writev` per request spends the CPU the servers under test share.
-        let connector = concord::transport::connector(Duration::from_secs(5), None, None);
-        let channel = Endpoint::from_shared(url.clone())?
+        // TLS is done by the connector; tonic sees a plain URL.
+        let connector = concord::transport::connector(Duration::from_secs(5), None, tls.clone());
+        let plain = url.replacen("https://", "http://", 1);
+        let channel = Endpoint::from_shared(plain)?
             .connect_with_connector(connector)
             .await
             .with_context(|| format!("connecting to {url}"))?;

@@ -54,6 +54,10 @@ pub struct Config {
     /// Maximum client request size in bytes the server will accept.
     #[arg(long, default_value_t = 1_572_864)]
     pub max_request_bytes: usize,
+    /// URLs for HTTP-only client traffic (the JSON gateway, `/health`, `/metrics`, `/version`);
+    /// when given, the client URLs serve gRPC only (etcd 3.5's `--listen-client-http-urls`).
+    #[arg(long, default_value = "")]
+    pub listen_client_http_urls: String,
     /// Extra URLs to serve `/metrics` and `/health` on (plain HTTP), besides the client URLs.
     #[arg(long, default_value = "")]
     pub listen_metrics_urls: String,

@@ -157,6 +157,9 @@ pub struct ClientExtras {
     pub streams: u32,
     /// `--grpc-keepalive-interval` and `--grpc-keepalive-timeout`.
     pub keepalive: (std::time::Duration, std::time::Duration),
+    /// Whether the HTTP endpoints and the gateway are served here too (not when
+    /// `--listen-client-http-urls` gives them listeners of their own).
+    pub http: bool,
 }
 
 /// Serves a client listener: gRPC, the gateway and the HTTP endpoints.
@@ -177,11 +180,15 @@ pub fn serve_client(
         let router = Server::builder()
             // One span per client request, named by its gRPC method or HTTP path.
             .trace_fn(|req| tracing::debug_span!("request", path = %req.uri().path()))
-            .accept_http1(true)
+            .accept_http1(extras.http)
             .max_concurrent_streams(Some(extras.streams))
             .http2_keepalive_interval(Some(extras.keepalive.0))
             .http2_keepalive_timeout(Some(extras.keepalive.1))
-            .layer(crate::rpc::http::layer(node, extras.gateway))
+            .layer(tower::util::option_layer(
+                extras
+                    .http
+                    .then(|| crate::rpc::http::layer(node, extras.gateway)),
+            ))
             .layer(tower::util::MapResponseLayer::new(
                 crate::rpc::limits::grpc_go_size_errors,
             ))
@@ -193,11 +200,13 @@ pub fn serve_client(
     })
 }
 
-/// Serves a metrics listener: the HTTP endpoints and gRPC health.
-pub fn serve_metrics(
+/// Serves an HTTP listener: the HTTP endpoints (`/health`, `/metrics`, ...) and gRPC health,
+/// and the JSON gateway if given (`--listen-client-http-urls`; not on `--listen-metrics-urls`).
+pub fn serve_http(
     bound: Bound,
     tls: Option<Arc<rustls::ServerConfig>>,
     node: Arc<RaftNode>,
+    gateway: Option<crate::rpc::gateway::Gateway>,
     stop: &watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     let shutdown = stopped(stop.clone());
@@ -205,10 +214,10 @@ pub fn serve_metrics(
         let (_, health_svc) = tonic_health::server::health_reporter();
         let router = Server::builder()
             .accept_http1(true)
-            .layer(crate::rpc::http::layer(node, None))
+            .layer(crate::rpc::http::layer(node, gateway))
             .add_service(health_svc);
         if let Err(e) = serve_on!(router, bound.listener, tls, shutdown) {
-            tracing::error!(error = %e, url = %bound.url, "metrics server failed");
+            tracing::error!(error = %e, url = %bound.url, "HTTP server failed");
         }
     })
 }

@@ -165,6 +165,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
             gateway: gateway.clone(),
             streams: cfg.max_concurrent_streams,
             keepalive: (cfg.grpc_keepalive_interval, cfg.grpc_keepalive_timeout),
+            http: cfg.listen_client_http_urls.is_empty(),
         };
         tasks.push(listeners::serve_client(
             bound,
@@ -175,9 +176,20 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
             &stop_rx,
         ));
     }
+    for bound in listeners::bind_all(&cfg.listen_client_http_urls).await? {
+        let tls = listeners::tls_for(&bound.url, client_tls.as_ref())?;
+        let http = listeners::serve_http(bound, tls, node.clone(), gateway.clone(), &stop_rx);
+        tasks.push(http);
+    }
     for bound in listeners::bind_all(&cfg.listen_metrics_urls).await? {
         let tls = listeners::tls_for(&bound.url, client_tls.as_ref())?;
-        tasks.push(listeners::serve_metrics(bound, tls, node.clone(), &stop_rx));
+        tasks.push(listeners::serve_http(
+            bound,
+            tls,
+            node.clone(),
+            None,
+            &stop_rx,
+        ));
     }
     tracing::info!(
         name = %cfg.name,

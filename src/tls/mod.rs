@@ -59,7 +59,9 @@ impl Side {
         // As etcd, the version and suite flags are checked whether or not TLS is in use.
         versions(&cfg.tls_min_version, &cfg.tls_max_version)?;
         provider(&cfg.cipher_suites)?;
-        let https = urls_https(&cfg.listen_client_urls) || urls_https(&cfg.listen_metrics_urls);
+        let https = urls_https(&cfg.listen_client_urls)
+            || urls_https(&cfg.listen_client_http_urls)
+            || urls_https(&cfg.listen_metrics_urls);
         let flags = Flags {
             cert: "--cert-file",
             key: "--key-file",

@@ -20,7 +20,11 @@ pub async fn post_to(
     body: &str,
 ) -> TestResult<(u16, String)> {
     let url = c.client_url(member)?;
-    let addr = url.trim_start_matches("http://");
+    post_addr(url.trim_start_matches("http://"), path, body).await
+}
+
+/// POSTs `body` to `path` at `addr` (host:port); returns the status code and the body.
+async fn post_addr(addr: &str, path: &str, body: &str) -> TestResult<(u16, String)> {
     let mut conn = tokio::net::TcpStream::connect(addr).await?;
     let req = format!(
         "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -131,5 +135,42 @@ async fn the_json_gateway_speaks_etcds_json() -> TestResult {
     let event = &results[1]["result"]["events"][0]["kv"];
     assert_eq!(event["value"], "cXV4");
     assert_eq!(event["mod_revision"], "4");
+    Ok(())
+}
+
+/// etcd 3.5's `--listen-client-http-urls`: the JSON gateway and the HTTP endpoints move to
+/// listeners of their own, and the client URLs serve gRPC only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_client_urls_take_the_gateway_and_endpoints_off_the_grpc_urls() -> TestResult {
+    let port = crate::cluster::free_port()?;
+    let http_url = format!("http://127.0.0.1:{port}");
+    let c = Cluster::start_with(1, &["--listen-client-http-urls", &http_url])?;
+    c.wait_leader(Duration::from_secs(20)).await?;
+    let addr = format!("127.0.0.1:{port}");
+    let (code, put) = post_addr(&addr, "/v3/kv/put", r#"{"key": "Zm9v", "value": "YmFy"}"#).await?;
+    assert_eq!(code, 200, "{put}");
+    let health = crate::cluster::http_get(port, "/health").await?;
+    assert!(health.contains("\"health\":\"true\""), "{health}");
+    // gRPC stays on the client URL, and sees the gateway's write.
+    let got = c
+        .kv(0)
+        .await?
+        .range(concord::pb::etcdserverpb::RangeRequest {
+            key: b"foo".to_vec(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        got.kvs.first().map(|kv| kv.value.clone()),
+        Some(b"bar".to_vec())
+    );
+    let answered = post(&c, "/v3/kv/put", r#"{"key": "Zm9v", "value": "YmFy"}"#)
+        .await
+        .is_ok_and(|(code, body)| code == 200 && body.contains("revision"));
+    assert!(
+        !answered,
+        "the gateway still answered on the gRPC client URL"
+    );
     Ok(())
 }
