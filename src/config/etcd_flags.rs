@@ -338,11 +338,7 @@ pub const FLAGS: &[Flag] = &[
         Bool,
         DefaultOnly("false", "Concord always syncs what it acknowledges"),
     ),
-    f(
-        "force-new-cluster",
-        Bool,
-        DefaultOnly("false", "not implemented yet"),
-    ),
+    f("force-new-cluster", Bool, Implemented),
     // etcd's own
     f("version", Bool, Implemented),
     // ignored by etcd itself (flags of etcd 0.4)

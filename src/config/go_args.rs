@@ -354,8 +354,8 @@ mod tests {
             ))
         );
         assert_eq!(err(&["---x"]), Some(("bad flag syntax: ---x".into(), 2)));
-        assert!(err(&["--force-new-cluster"]).is_some_and(|(m, _)| m.contains("not supported")));
-        assert!(err(&["--force-new-cluster=false"]).is_none());
+        assert!(err(&["--unsafe-no-fsync"]).is_some_and(|(m, _)| m.contains("not supported")));
+        assert!(err(&["--unsafe-no-fsync=false"]).is_none());
     }
 
     #[test]

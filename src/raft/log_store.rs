@@ -270,6 +270,44 @@ impl LogStore {
         Ok(())
     }
 
+    /// etcd's `--force-new-cluster`: makes member `id` (peer URL `addr`) the only voter of its
+    /// cluster, keeping every entry and all data. Before openraft starts, appends a membership
+    /// entry naming this member alone, in a term above every term seen, and votes for itself in
+    /// that term (not committed: it still wins the next term, which, as the only voter, it does
+    /// at once). When that term's first entry commits, every entry before it commits too: as
+    /// in etcd, whatever the log holds becomes the cluster's history. Returns the entry's id.
+    ///
+    /// # Errors
+    /// When the log or the vote cannot be read or written.
+    pub fn force_single_member(
+        &self,
+        id: u64,
+        addr: &str,
+    ) -> Result<LogId<u64>, StorageError<u64>> {
+        let vote: Option<Vote<u64>> = self.read_meta(VOTE)?;
+        let purged: Option<LogId<u64>> = self.read_meta(PURGED)?;
+        let last = self.last_log_id()?.or(purged);
+        let term = vote
+            .map_or(0, |v| v.leader_id.term)
+            .max(last.map_or(0, |l| l.leader_id.term))
+            + 1;
+        let index = last.map_or(0, |l| l.index + 1);
+        let nodes = BTreeMap::from([(id, openraft::BasicNode::new(addr))]);
+        let membership =
+            openraft::Membership::new(vec![std::collections::BTreeSet::from([id])], nodes);
+        let entry = Entry {
+            log_id: LogId::new(openraft::CommittedLeaderId::new(term, id), index),
+            payload: openraft::EntryPayload::Membership(membership),
+        };
+        let bytes = bincode::serialize(&entry).map_err(write_err)?;
+        self.storage
+            .append_log(&[(index, bytes)])
+            .map_err(write_err)?;
+        self.storage.persist_log().map_err(write_err)?;
+        self.write_meta(VOTE, &Vote::new(term, id))?;
+        Ok(entry.log_id)
+    }
+
     /// The id of the last entry in the log (appended, maybe not yet synced), if it holds any.
     ///
     /// # Errors

@@ -75,6 +75,8 @@ pub struct RaftOptions {
     pub quota_bytes: u64,
     /// How to dial `https://` peers.
     pub peer_tls: Option<Arc<rustls::ClientConfig>>,
+    /// `--force-new-cluster`: this member's peer URL, to restart as the only member.
+    pub force_new_cluster: Option<String>,
 }
 
 /// One member's Raft state, shared by every RPC.
@@ -138,6 +140,19 @@ impl RaftNode {
         let log = LogStore::new(storage.clone());
         log.uncommit_vote()
             .map_err(|e| StorageError(e.to_string()))?;
+        if let Some(addr) = &options.force_new_cluster {
+            if log.last_log_id().ok().flatten().is_some() {
+                let at = log
+                    .force_single_member(id, addr)
+                    .map_err(|e| StorageError(e.to_string()))?;
+                tracing::warn!(
+                    member_id = format!("{id:x}"),
+                    index = at.index,
+                    term = at.leader_id.term,
+                    "forcing a new cluster: this member is now its only member"
+                );
+            }
+        }
         let log_handle = log.clone();
         let election_ms = options.election.as_millis() as u64;
         let config = openraft::Config {

@@ -84,6 +84,12 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
         lease_checkpoint_interval: cfg.lease_checkpoint_interval,
         quota_bytes: cfg.quota_bytes(),
         peer_tls: peer_dial,
+        force_new_cluster: cfg.force_new_cluster.then(|| {
+            config::split_urls(&cfg.initial_advertise_peer_urls)
+                .into_iter()
+                .next()
+                .unwrap_or_default()
+        }),
     };
     let node = RaftNode::start(id, cluster_id, storage.clone(), &data_dir, options).await?;
     if *node.removed().borrow() {

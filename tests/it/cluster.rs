@@ -132,6 +132,11 @@ impl Cluster {
 
     /// Starts (or restarts) member `i` on its data dir.
     pub fn spawn(&mut self, i: usize) -> TestResult {
+        self.spawn_with(i, &[])
+    }
+
+    /// Starts (or restarts) member `i` with `extra` flags for this start only.
+    pub fn spawn_with(&mut self, i: usize, extra: &[&str]) -> TestResult {
         // Bootstrapping members list each other; a joining member lists everyone (it asks them
         // for the membership).
         let joining = self.specs.get(i).is_some_and(|me| me.state == "existing");
@@ -173,6 +178,7 @@ impl Cluster {
                 "warn",
             ])
             .args(&self.extra_args)
+            .args(extra)
             // The fault-injection hook (see `slow_disk_failpoint` in the log store): a member
             // reads its fsync delay from here; without the file it syncs normally.
             .env("CONCORD_FAILPOINT_DIR", self.failpoint_dir(i))

@@ -196,3 +196,57 @@ async fn grow_from_one_to_three_promote_a_learner_and_remove_the_founder() -> Te
     }
     Ok(())
 }
+
+/// etcd's `--force-new-cluster` (disaster recovery after losing a quorum for good): one member
+/// restarts as a cluster of one, with all its data at the same revisions, and stays one after a
+/// plain restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_new_cluster_restarts_one_member_alone_with_its_data() -> TestResult {
+    let mut c = Cluster::start(3)?;
+    c.wait_leader(Duration::from_secs(20)).await?;
+    let mut last = 0;
+    for i in 0..20 {
+        last = put(&c, 0, &format!("k{i}"), "v").await?;
+    }
+    // Every member has applied everything (the survivor is not necessarily the leader).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for m in 0..3 {
+        c.kill(m)?;
+    }
+    c.spawn_with(0, &["--force-new-cluster"])?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let rev = loop {
+        match put(&c, 0, "after", "1").await {
+            Ok(rev) => break rev,
+            Err(e) if Instant::now() > deadline => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
+    assert_eq!(rev, last + 1, "the history continues where it stopped");
+    assert_eq!(members(&c, 0).await?.len(), 1, "the others are gone");
+    let got = c
+        .kv(0)
+        .await?
+        .range(concord::pb::etcdserverpb::RangeRequest {
+            key: b"k".to_vec(),
+            range_end: b"l".to_vec(),
+            count_only: true,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert_eq!(got.count, 20);
+    // A plain restart keeps it a cluster of one.
+    c.terminate(0)?;
+    c.spawn(0)?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while put(&c, 0, "again", "2").await.is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "no service after a plain restart"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(members(&c, 0).await?.len(), 1);
+    Ok(())
+}
