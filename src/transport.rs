@@ -200,6 +200,30 @@ pub fn connector(
     })
 }
 
+/// A connector for tonic channels to the Unix socket at `path` (whatever URL the channel has),
+/// at most `timeout` to connect, writes coalesced.
+pub fn unix_connector(
+    path: String,
+    timeout: Duration,
+) -> impl tower::Service<
+    http::Uri,
+    Response = TokioIo<Coalesced<MaybeTls>>,
+    Error = io::Error,
+    Future = impl Send + 'static,
+> + Clone
+       + Send
+       + 'static {
+    tower::service_fn(move |_: http::Uri| {
+        let path = path.clone();
+        async move {
+            let stream = tokio::time::timeout(timeout, tokio::net::UnixStream::connect(&path))
+                .await
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+            Ok(TokioIo::new(Coalesced::new(MaybeTls::Unix(stream))))
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

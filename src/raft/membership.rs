@@ -74,6 +74,15 @@ fn validate_urls(urls: &[String]) -> Result<Vec<String>> {
         return Err(Error::MemberBadUrls);
     }
     for u in urls {
+        if let Some(name) = u
+            .strip_prefix("unix://")
+            .or_else(|| u.strip_prefix("unixs://"))
+        {
+            if name.is_empty() {
+                return Err(Error::MemberBadUrls);
+            }
+            continue;
+        }
         let rest = u
             .strip_prefix("http://")
             .or_else(|| u.strip_prefix("https://"))

@@ -41,6 +41,17 @@ pub fn peer_channel(
     unacked: Duration,
     tls: Option<Arc<rustls::ClientConfig>>,
 ) -> Result<EagerChannel, tonic::transport::Error> {
+    if let Some(path) = addr.strip_prefix("unix://") {
+        return Ok(eager(
+            Endpoint::from_static("http://unix.socket")
+                .http2_keep_alive_interval(Duration::from_secs(5))
+                .keep_alive_timeout(Duration::from_secs(5))
+                .connect_with_connector_lazy(crate::transport::unix_connector(
+                    path.trim_end_matches('/').to_string(),
+                    Duration::from_millis(500),
+                )),
+        ));
+    }
     // The connector does TLS itself; tonic sees a plain URL.
     let plain = match addr.strip_prefix("https://") {
         Some(rest) => format!("http://{rest}"),

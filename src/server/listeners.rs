@@ -25,21 +25,61 @@ use crate::rpc::{
     lock::LockService, maintenance::MaintenanceService, watch::WatchService, Context,
 };
 
+/// A listening socket.
+pub enum Listener {
+    /// TCP (`http://`, `https://`).
+    Tcp(TcpListener),
+    /// A Unix socket (`unix://name`, etcd's form: the socket file is `name`).
+    Unix(tokio::net::UnixListener),
+}
+
 /// A bound listener and the URL it was asked for.
 pub struct Bound {
     /// The URL (its scheme says plain or TLS).
     pub url: String,
     /// The socket.
-    pub listener: TcpListener,
+    pub listener: Listener,
 }
 
-/// Binds every URL of a comma-separated list (`http://host:port` or `https://host:port`).
+impl Bound {
+    /// The TCP address, if it is a TCP listener.
+    pub fn tcp_addr(&self) -> Option<std::net::SocketAddr> {
+        match &self.listener {
+            Listener::Tcp(l) => l.local_addr().ok(),
+            Listener::Unix(_) => None,
+        }
+    }
+}
+
+/// Binds every URL of a comma-separated list (`http://host:port`, `https://host:port` or
+/// `unix://name`).
 ///
 /// # Errors
 /// When a host does not resolve or an address cannot be bound.
 pub async fn bind_all(urls: &str) -> anyhow::Result<Vec<Bound>> {
     let mut out = Vec::new();
     for url in config::split_urls(urls) {
+        if url.starts_with("unixs://") {
+            return Err(anyhow!(
+                "{url}: TLS over Unix sockets (unixs://) is not supported"
+            ));
+        }
+        if let Some(path) = url.strip_prefix("unix://") {
+            let path = path.trim_end_matches('/');
+            // As etcd: a socket file left by an earlier run is replaced.
+            match std::fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(anyhow!("cannot listen on {url}: {e}")),
+            }
+            let listener = tokio::net::UnixListener::bind(path)
+                .with_context(|| format!("cannot listen on {url}"))?;
+            out.push(Bound {
+                url: url.clone(),
+                listener: Listener::Unix(listener),
+            });
+            continue;
+        }
         let hostport = url
             .split_once("://")
             .map_or(url.as_str(), |(_, rest)| rest)
@@ -52,7 +92,10 @@ pub async fn bind_all(urls: &str) -> anyhow::Result<Vec<Bound>> {
         let listener = TcpListener::bind(addr)
             .await
             .with_context(|| format!("cannot listen on {url}"))?;
-        out.push(Bound { url, listener });
+        out.push(Bound {
+            url,
+            listener: Listener::Tcp(listener),
+        });
     }
     Ok(out)
 }
@@ -81,20 +124,28 @@ pub fn tls_for(
     Ok(Some(side.server_config().map_err(|e| anyhow!(e))?))
 }
 
-/// Serves `router` on `listener`, through TLS when `tls` is given, until `shutdown`.
+/// Serves `router` on `listener` (a [`Listener`]), through TLS when `tls` is given, until
+/// `shutdown`.
 macro_rules! serve_on {
     ($router:expr, $listener:expr, $tls:expr, $shutdown:expr) => {
-        match $tls {
-            None => {
-                let incoming = tonic::transport::server::TcpIncoming::from($listener)
+        match ($listener, $tls) {
+            ($crate::server::listeners::Listener::Tcp(l), None) => {
+                let incoming = tonic::transport::server::TcpIncoming::from(l)
                     .with_nodelay(Some(true))
                     .map(|conn| conn.map($crate::transport::Coalesced::new));
                 $router
                     .serve_with_incoming_shutdown(incoming, $shutdown)
                     .await
             }
-            Some(tls) => {
-                let incoming = $crate::tls::accept::incoming($listener, tls)
+            ($crate::server::listeners::Listener::Tcp(l), Some(tls)) => {
+                let incoming = $crate::tls::accept::incoming(l, tls)
+                    .map(|conn| conn.map($crate::transport::Coalesced::new));
+                $router
+                    .serve_with_incoming_shutdown(incoming, $shutdown)
+                    .await
+            }
+            ($crate::server::listeners::Listener::Unix(l), _) => {
+                let incoming = tokio_stream::wrappers::UnixListenerStream::new(l)
                     .map(|conn| conn.map($crate::transport::Coalesced::new));
                 $router
                     .serve_with_incoming_shutdown(incoming, $shutdown)

@@ -1,7 +1,7 @@
 //! Starts a member: opens storage, starts Raft, serves peers and clients (see `listeners`), and
 //! shuts down gracefully on SIGTERM/SIGINT.
 
-mod listeners;
+pub(crate) mod listeners;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -165,7 +165,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
     };
     let mut client_addrs = Vec::new();
     for bound in listeners::bind_all(&cfg.listen_client_urls).await? {
-        client_addrs.push(bound.listener.local_addr()?);
+        client_addrs.extend(bound.tcp_addr());
         let tls = listeners::tls_for(&bound.url, client_tls.as_ref())?;
         let extras = listeners::ClientExtras {
             gateway: gateway.clone(),

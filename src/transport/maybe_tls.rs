@@ -1,4 +1,5 @@
-//! A dialed connection, plain TCP or TLS over it (`https://` peers).
+//! A dialed connection: plain TCP, TLS over it (`https://` peers), or a Unix socket
+//! (`unix://` peers).
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
@@ -13,6 +14,8 @@ pub enum MaybeTls {
     Plain(TcpStream),
     /// `https://`.
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    /// `unix://`.
+    Unix(tokio::net::UnixStream),
 }
 
 impl AsyncRead for MaybeTls {
@@ -24,6 +27,7 @@ impl AsyncRead for MaybeTls {
         match self.get_mut() {
             MaybeTls::Plain(s) => Pin::new(s).poll_read(cx, buf),
             MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            MaybeTls::Unix(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -37,6 +41,7 @@ impl AsyncWrite for MaybeTls {
         match self.get_mut() {
             MaybeTls::Plain(s) => Pin::new(s).poll_write(cx, buf),
             MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            MaybeTls::Unix(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
@@ -48,6 +53,7 @@ impl AsyncWrite for MaybeTls {
         match self.get_mut() {
             MaybeTls::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            MaybeTls::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -55,6 +61,7 @@ impl AsyncWrite for MaybeTls {
         match self {
             MaybeTls::Plain(s) => s.is_write_vectored(),
             MaybeTls::Tls(s) => s.is_write_vectored(),
+            MaybeTls::Unix(s) => s.is_write_vectored(),
         }
     }
 
@@ -62,6 +69,7 @@ impl AsyncWrite for MaybeTls {
         match self.get_mut() {
             MaybeTls::Plain(s) => Pin::new(s).poll_flush(cx),
             MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            MaybeTls::Unix(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
@@ -69,6 +77,7 @@ impl AsyncWrite for MaybeTls {
         match self.get_mut() {
             MaybeTls::Plain(s) => Pin::new(s).poll_shutdown(cx),
             MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            MaybeTls::Unix(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }

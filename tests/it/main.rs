@@ -11,4 +11,5 @@ mod lock;
 mod maintenance;
 mod membership;
 mod tls;
+mod unix;
 mod watch;
