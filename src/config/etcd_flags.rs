@@ -140,11 +140,7 @@ pub const FLAGS: &[Flag] = &[
     f("discovery-proxy", Text, DefaultOnly("", DISCOVERY)),
     f("discovery-srv", Text, DefaultOnly("", DISCOVERY)),
     f("discovery-srv-name", Text, DefaultOnly("", DISCOVERY)),
-    f(
-        "strict-reconfig-check",
-        Bool,
-        NoEffect("Concord always rejects a reconfiguration that would lose quorum"),
-    ),
+    f("strict-reconfig-check", Bool, Implemented),
     f("pre-vote", Bool, NoEffect("Concord always runs PreVote")),
     f("auto-compaction-retention", Text, Implemented),
     f("auto-compaction-mode", Text, Implemented),

@@ -187,6 +187,10 @@ pub struct Config {
     /// mismatch.
     #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
     pub experimental_initial_corrupt_check: bool,
+    /// Reject membership changes that would leave fewer started (or reachable) voters than a
+    /// quorum.
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
+    pub strict_reconfig_check: bool,
     /// Restart this member as the only member of its cluster, keeping its data (etcd's
     /// disaster recovery after losing a quorum for good).
     #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]

@@ -270,9 +270,13 @@ impl RaftNode {
         Ok((member, members))
     }
 
-    /// etcd's strict reconfiguration check: a change may not leave the voters (`voters`
-    /// after the change) with fewer started members than a quorum.
+    /// etcd's strict reconfiguration check (`--strict-reconfig-check`, on by default): a change
+    /// may not leave the voters (`voters` after the change) with fewer started members than a
+    /// quorum.
     fn check_started(&self, voters_after: &[Member]) -> Result<()> {
+        if !self.options.strict_reconfig_check {
+            return Ok(());
+        }
         // Started: published its name (this member, making the change, surely is).
         let started = voters_after
             .iter()
@@ -296,6 +300,9 @@ impl RaftNode {
 
     /// etcd refuses to reconfigure while any voter is out of touch (`unhealthy cluster`).
     fn check_all_voters_active(&self, members: &[Member]) -> Result<()> {
+        if !self.options.strict_reconfig_check {
+            return Ok(());
+        }
         if !voters(members).iter().all(|m| self.is_active(m.id)) {
             return Err(Error::Unhealthy);
         }
@@ -375,7 +382,7 @@ impl RaftNode {
             let after: Vec<Member> = voters(members).into_iter().filter(|m| m.id != id).collect();
             self.check_started(&after)?;
             // Removing a member that is down is safe; otherwise the rest must be a quorum.
-            if self.is_active(id) {
+            if self.options.strict_reconfig_check && self.is_active(id) {
                 let active = after.iter().filter(|m| self.is_active(m.id)).count();
                 if active < after.len() / 2 + 1 {
                     return Err(Error::Unhealthy);

@@ -77,6 +77,8 @@ pub struct RaftOptions {
     pub peer_tls: Option<Arc<rustls::ClientConfig>>,
     /// `--force-new-cluster`: this member's peer URL, to restart as the only member.
     pub force_new_cluster: Option<String>,
+    /// `--strict-reconfig-check`: refuse membership changes that could lose quorum.
+    pub strict_reconfig_check: bool,
 }
 
 /// One member's Raft state, shared by every RPC.

@@ -250,3 +250,36 @@ async fn force_new_cluster_restarts_one_member_alone_with_its_data() -> TestResu
     assert_eq!(members(&c, 0).await?.len(), 1);
     Ok(())
 }
+
+/// `--strict-reconfig-check` (etcd's default: on) refuses to add a voter while a member is down,
+/// since the new configuration's quorum would then depend on a member that has not started;
+/// `--strict-reconfig-check=false` lets the operator do it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_strict_reconfiguration_check_can_be_turned_off() -> TestResult {
+    for strict in [true, false] {
+        let flag = format!("--strict-reconfig-check={strict}");
+        let mut c = Cluster::start_with(3, &[&flag])?;
+        c.wait_leader(Duration::from_secs(20)).await?;
+        c.kill(2)?;
+        let added = cluster_client(&c, 0)
+            .await?
+            .member_add(MemberAddRequest {
+                peer_ur_ls: vec!["http://127.0.0.1:1".into()],
+                is_learner: false,
+            })
+            .await;
+        match (strict, added) {
+            (true, Err(e)) => assert!(
+                e.message().contains("not enough started members")
+                    || e.message().contains("unhealthy cluster"),
+                "{e}"
+            ),
+            (true, Ok(_)) => {
+                return Err("strict check let a voter be added with a member down".into())
+            }
+            (false, Ok(_)) => {}
+            (false, Err(e)) => return Err(format!("not strict, yet refused: {e}").into()),
+        }
+    }
+    Ok(())
+}
