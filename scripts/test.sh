@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test: formatting and lints, unit and integration tests (real processes, a 3-member
 # cluster with kill -9), the differential etcdctl tests against reference etcd 3.5.1 with
-# etcdctl 3.5 and 3.4, on one member and on three, the operator commands on three members, and
-# the fault suite's failover check and short mode (every fault kind against a 3-member cluster
-# in network namespaces; needs root). Installs what it needs by itself.
+# etcdctl 3.5 and 3.4, on one member and on three, and over TLS with etcdctl 3.5 (openssl-made
+# certificates and client-cert auth on three members, --auto-tls on one), the operator commands
+# on three members, and the fault suite's failover check and short mode (every fault kind
+# against a 3-member cluster in network namespaces; needs root). Installs what it needs by itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ref=$(scripts/install-test-tools.sh)
@@ -18,6 +19,8 @@ ctls=(--etcdctl "$ref/etcdctl")
 scripts/fencing-example.sh
 python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 1 "${ctls[@]}"
 python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 3 "${ctls[@]}"
+python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 3 --tls certs --etcdctl "$ref/etcdctl"
+python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 1 --tls auto --etcdctl "$ref/etcdctl"
 # Operator commands (member, endpoint, alarm, defrag, snapshot, move-leader) on 3 members each.
 python3 etcdctl-tests/opstest.py --server target/debug/concord --etcd-dir "$ref"
 [[ -x /usr/bin/etcdctl ]] && python3 etcdctl-tests/opstest.py --server target/debug/concord --etcd-dir "$ref" --etcdctl /usr/bin/etcdctl

@@ -1,0 +1,1 @@
+"""The differential etcdctl test's parts (difftest.py is the entry point)."""
