@@ -41,6 +41,11 @@ impl Pki {
 
     /// Writes `<name>.crt` and `<name>.key`, signed by the CA, for CN `cn`.
     fn issue(&self, name: &str, cn: &str, server: bool) -> TestResult {
+        self.issue_valid(name, cn, server, true)
+    }
+
+    /// As [`Pki::issue`]; `valid: false` makes a certificate that expired yesterday.
+    fn issue_valid(&self, name: &str, cn: &str, server: bool, valid: bool) -> TestResult {
         let sans = if server {
             vec!["localhost".to_string(), "127.0.0.1".to_string()]
         } else {
@@ -51,6 +56,11 @@ impl Pki {
             .distinguished_name
             .push(rcgen::DnType::CommonName, cn);
         params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        if !valid {
+            let now = time::OffsetDateTime::now_utc();
+            params.not_before = now - time::Duration::days(10);
+            params.not_after = now - time::Duration::days(1);
+        }
         if server {
             params
                 .extended_key_usages
@@ -73,18 +83,23 @@ impl Pki {
 
     /// A client configuration trusting the CA, presenting `<name>.crt` if given.
     fn client(&self, name: Option<&str>) -> TestResult<Arc<rustls::ClientConfig>> {
+        self.client_as(name.map(|n| (self, n)))
+    }
+
+    /// A client configuration trusting this CA, presenting `<name>.crt` of `pki` if given.
+    fn client_as(&self, cert: Option<(&Pki, &str)>) -> TestResult<Arc<rustls::ClientConfig>> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
         roots.add(CertificateDer::from_pem_file(self.path("ca.crt"))?)?;
         let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()?
             .with_root_certificates(roots);
-        let mut config = match name {
-            Some(n) => {
+        let mut config = match cert {
+            Some((pki, n)) => {
                 let chain = vec![CertificateDer::from_pem_file(
-                    self.path(&format!("{n}.crt")),
+                    pki.path(&format!("{n}.crt")),
                 )?];
-                let key = PrivateKeyDer::from_pem_file(self.path(&format!("{n}.key")))?;
+                let key = PrivateKeyDer::from_pem_file(pki.path(&format!("{n}.key")))?;
                 builder.with_client_auth_cert(chain, key)?
             }
             None => builder.with_no_client_auth(),
@@ -240,6 +255,21 @@ async fn kubeadms_command_line_forms_a_tls_cluster() -> TestResult {
         Err(_) => true,
     };
     assert!(plain, "a plaintext client was served on a TLS port");
+    // A certificate from another CA, and an expired one from the right CA, are refused.
+    let other_dir = tempfile::tempdir()?;
+    let other = Pki::new(other_dir.path())?;
+    other.issue("stranger", "root", false)?;
+    pki.issue_valid("expired", "root", false, false)?;
+    for (label, config) in [
+        ("untrusted", pki.client_as(Some((&other, "stranger")))?),
+        ("expired", pki.client(Some("expired"))?),
+    ] {
+        let served = match kv(first, config).await {
+            Ok(mut c) => put(&mut c, "k", "x").await.is_ok(),
+            Err(_) => false,
+        };
+        assert!(!served, "a client with an {label} certificate was served");
+    }
     // kubelet's probe on the plain metrics URL.
     let health = http_get(ports[0].2, "/health?exclude=NOSPACE&serializable=true").await?;
     assert!(health.contains("\"health\":\"true\""), "{health}");
@@ -362,5 +392,53 @@ async fn bad_certificate_flags_are_refused_at_start_naming_the_flag() -> TestRes
         assert!(!out.status.success(), "{args:?} started");
         assert!(stderr.contains(&want), "{args:?}: {stderr}");
     }
+    Ok(())
+}
+
+/// A member added with `member add` joins a TLS cluster (`--initial-cluster-state existing`):
+/// it learns its identity from the running member over TLS with its peer certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_joins_a_tls_cluster() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let pki = Pki::new(dir.path())?;
+    pki.issue("server", "node", true)?;
+    pki.issue("peer", "node", true)?;
+    pki.issue("client", "root", false)?;
+    let ports: Vec<(u16, u16, u16)> = (0..2)
+        .map(|_| Ok((free_port()?, free_port()?, free_port()?)))
+        .collect::<TestResult<_>>()?;
+    let first_peer = format!("n0=https://127.0.0.1:{}", ports[0].1);
+    let mut procs = Procs(Vec::new());
+    let args = kubeadm_flags(&pki, dir.path(), "n0", ports[0], &first_peer);
+    procs.0.push(spawn(&args, &dir.path().join("n0.log"))?);
+    let client = pki.client(Some("client"))?;
+    let c0 = ports[0].0;
+    eventually(|| async { put(&mut kv(c0, client.clone()).await?, "before", "1").await }).await?;
+
+    let connector =
+        concord::transport::connector(Duration::from_secs(5), None, Some(client.clone()));
+    let channel = Endpoint::from_shared(format!("http://127.0.0.1:{c0}"))?
+        .connect_with_connector(connector)
+        .await?;
+    let new_peer = format!("https://127.0.0.1:{}", ports[1].1);
+    concord::pb::etcdserverpb::cluster_client::ClusterClient::new(channel)
+        .member_add(concord::pb::etcdserverpb::MemberAddRequest {
+            peer_ur_ls: vec![new_peer.clone()],
+            is_learner: false,
+        })
+        .await?;
+    let initial = format!("{first_peer},n1={new_peer}");
+    let mut args = kubeadm_flags(&pki, dir.path(), "n1", ports[1], &initial);
+    args.push("--initial-cluster-state=existing".into());
+    procs.0.push(spawn(&args, &dir.path().join("n1.log"))?);
+    let c1 = ports[1].0;
+    let got =
+        eventually(|| async { get(&mut kv(c1, client.clone()).await?, "before").await }).await?;
+    assert_eq!(
+        got.as_deref(),
+        Some(&b"1"[..]),
+        "the new member has the data"
+    );
+    eventually(|| async { put(&mut kv(c1, client.clone()).await?, "after", "2").await }).await?;
     Ok(())
 }
