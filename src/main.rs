@@ -43,9 +43,16 @@ async fn main() -> anyhow::Result<()> {
             cfg.log_level
         ))
     });
+    let writer = match log_writer(&cfg.log_outputs) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(1);
+        }
+    };
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     if cfg.log_format == concord::config::LogFormat::Json {
         logs.json().init();
     } else {
@@ -53,4 +60,30 @@ async fn main() -> anyhow::Result<()> {
     }
     concord::config::log_notes(&notes);
     concord::server::run(*cfg).await
+}
+
+/// `--log-outputs`: `default` or `stderr`, `stdout`, or file paths (appended to), several
+/// comma-separated as in etcd.
+fn log_writer(outputs: &str) -> Result<tracing_subscriber::fmt::writer::BoxMakeWriter, String> {
+    use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
+    let mut writer: Option<BoxMakeWriter> = None;
+    for output in concord::config::split_urls(outputs) {
+        let next = match output.as_str() {
+            "default" | "stderr" => BoxMakeWriter::new(std::io::stderr),
+            "stdout" => BoxMakeWriter::new(std::io::stdout),
+            path => {
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map_err(|e| format!("--log-outputs {path}: {e}"))?;
+                BoxMakeWriter::new(std::sync::Mutex::new(file))
+            }
+        };
+        writer = Some(match writer {
+            None => next,
+            Some(w) => BoxMakeWriter::new(w.and(next)),
+        });
+    }
+    Ok(writer.unwrap_or_else(|| BoxMakeWriter::new(std::io::stderr)))
 }

@@ -109,15 +109,11 @@ pub const FLAGS: &[Flag] = &[
     ),
     f("grpc-keepalive-interval", Duration, Implemented),
     f("grpc-keepalive-timeout", Duration, Implemented),
-    f(
-        "socket-reuse-port",
-        Bool,
-        NoEffect("listeners are opened without SO_REUSEPORT"),
-    ),
+    f("socket-reuse-port", Bool, Implemented),
     f(
         "socket-reuse-address",
         Bool,
-        NoEffect("listeners are opened with the platform's default SO_REUSEADDR"),
+        NoEffect("listeners always set SO_REUSEADDR, as Go (and so etcd) does on Linux"),
     ),
     f(
         "raft-read-timeout",
@@ -221,7 +217,7 @@ pub const FLAGS: &[Flag] = &[
     f("listen-metrics-urls", Text, Implemented),
     // logging
     f("logger", Text, NoEffect(LOG)),
-    f("log-outputs", Text, NoEffect(LOG)),
+    f("log-outputs", Text, Implemented),
     f("log-level", Text, Implemented),
     f("enable-log-rotation", Bool, NoEffect(LOG)),
     f("log-rotation-config-json", Text, NoEffect(LOG)),

@@ -198,6 +198,12 @@ pub struct Config {
     /// Serve the JSON gateway on the client URLs.
     #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
     pub enable_grpc_gateway: bool,
+    /// Set `SO_REUSEPORT` on listeners (several processes may bind one address).
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
+    pub socket_reuse_port: bool,
+    /// Where logs go: `default` (stderr), `stderr`, `stdout` or file paths, comma-separated.
+    #[arg(long, default_value = "default")]
+    pub log_outputs: String,
     /// Log format: `json` (etcd's default: one JSON object per line) or `text` (`console` is
     /// etcd's name for it).
     #[arg(long, value_enum, default_value = "json")]

@@ -51,12 +51,20 @@ impl Bound {
     }
 }
 
+/// Socket options for TCP listeners (`--socket-reuse-port`; `SO_REUSEADDR` is always set, as
+/// Go, and so etcd, sets it on every listener on Linux).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SocketOpts {
+    /// `SO_REUSEPORT`: other processes may bind the same address (rolling restarts).
+    pub reuse_port: bool,
+}
+
 /// Binds every URL of a comma-separated list (`http://host:port`, `https://host:port` or
 /// `unix://name`).
 ///
 /// # Errors
 /// When a host does not resolve or an address cannot be bound.
-pub async fn bind_all(urls: &str) -> anyhow::Result<Vec<Bound>> {
+pub async fn bind_all(urls: &str, opts: SocketOpts) -> anyhow::Result<Vec<Bound>> {
     let mut out = Vec::new();
     for url in config::split_urls(urls) {
         if url.starts_with("unixs://") {
@@ -89,15 +97,26 @@ pub async fn bind_all(urls: &str) -> anyhow::Result<Vec<Bound>> {
             .with_context(|| format!("cannot resolve {url}"))?
             .next()
             .ok_or_else(|| anyhow!("no address for {url}"))?;
-        let listener = TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen on {url}"))?;
+        let listener = bind_tcp(addr, opts).with_context(|| format!("cannot listen on {url}"))?;
         out.push(Bound {
             url,
             listener: Listener::Tcp(listener),
         });
     }
     Ok(out)
+}
+
+fn bind_tcp(addr: std::net::SocketAddr, opts: SocketOpts) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // Go (and so etcd) sets SO_REUSEADDR on every listener on Linux; tokio's bind does too.
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(opts.reuse_port)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
 
 /// Resolves once `rx` says stop.
@@ -271,4 +290,30 @@ pub fn serve_http(
             tracing::error!(error = %e, url = %bound.url, "HTTP server failed");
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn reuse_port_lets_two_listeners_share_an_address() -> anyhow::Result<()> {
+        let shared = SocketOpts { reuse_port: true };
+        let first = bind_all("http://127.0.0.1:0", shared).await?;
+        let addr = first
+            .first()
+            .and_then(Bound::tcp_addr)
+            .ok_or_else(|| anyhow!("no addr"))?;
+        let url = format!("http://{addr}");
+        assert!(bind_all(&url, shared).await.is_ok());
+        assert!(bind_all(&url, SocketOpts::default()).await.is_err());
+        let dir = tempfile::tempdir()?;
+        let socket = format!("unix://{}", dir.path().join("s:1").display());
+        let unix = bind_all(&socket, SocketOpts::default()).await?;
+        assert!(unix.first().is_some_and(|b| b.tcp_addr().is_none()));
+        // A socket file left behind is replaced.
+        drop(unix);
+        assert!(bind_all(&socket, SocketOpts::default()).await.is_ok());
+        Ok(())
+    }
 }

@@ -59,6 +59,9 @@ impl Member {
 pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
     let data_dir = cfg.data_dir();
     let members = cfg.initial_members().map_err(|e| anyhow!(e))?;
+    let sockets = listeners::SocketOpts {
+        reuse_port: cfg.socket_reuse_port,
+    };
     // TLS first: a bad certificate flag fails before anything is written.
     let client_tls = crate::tls::Side::client(cfg).map_err(|e| anyhow!(e))?;
     let peer_tls = crate::tls::Side::peer(cfg).map_err(|e| anyhow!(e))?;
@@ -100,7 +103,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
 
-    for bound in listeners::bind_all(&cfg.listen_peer_urls).await? {
+    for bound in listeners::bind_all(&cfg.listen_peer_urls, sockets).await? {
         let tls = listeners::tls_for(&bound.url, peer_tls.as_ref())?;
         let svc = RaftPeerServer::new(node.peer_service())
             .max_decoding_message_size(usize::MAX)
@@ -165,7 +168,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
         None
     };
     let mut client_addrs = Vec::new();
-    for bound in listeners::bind_all(&cfg.listen_client_urls).await? {
+    for bound in listeners::bind_all(&cfg.listen_client_urls, sockets).await? {
         client_addrs.extend(bound.tcp_addr());
         let tls = listeners::tls_for(&bound.url, client_tls.as_ref())?;
         let extras = listeners::ClientExtras {
@@ -183,12 +186,12 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
             &stop_rx,
         ));
     }
-    for bound in listeners::bind_all(&cfg.listen_client_http_urls).await? {
+    for bound in listeners::bind_all(&cfg.listen_client_http_urls, sockets).await? {
         let tls = listeners::tls_for(&bound.url, client_tls.as_ref())?;
         let http = listeners::serve_http(bound, tls, node.clone(), gateway.clone(), &stop_rx);
         tasks.push(http);
     }
-    for bound in listeners::bind_all(&cfg.listen_metrics_urls).await? {
+    for bound in listeners::bind_all(&cfg.listen_metrics_urls, sockets).await? {
         let tls = listeners::tls_for(&bound.url, client_tls.as_ref())?;
         tasks.push(listeners::serve_http(
             bound,
