@@ -56,6 +56,7 @@ impl Pki {
             .distinguished_name
             .push(rcgen::DnType::CommonName, cn);
         params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        params.serial_number = Some(serial(name));
         if !valid {
             let now = time::OffsetDateTime::now_utc();
             params.not_before = now - time::Duration::days(10);
@@ -74,6 +75,30 @@ impl Pki {
             std::fs::write(&tmp, text)?;
             std::fs::rename(&tmp, self.path(&format!("{name}.{ext}")))?;
         }
+        Ok(())
+    }
+
+    /// Writes `crl.pem`: the CA revokes the certificates `names`.
+    fn revoke(&self, names: &[&str]) -> TestResult {
+        let now = time::OffsetDateTime::now_utc();
+        let crl = rcgen::CertificateRevocationListParams {
+            this_update: now - time::Duration::hours(1),
+            next_update: now + time::Duration::days(1),
+            crl_number: rcgen::SerialNumber::from(1u64),
+            issuing_distribution_point: None,
+            revoked_certs: names
+                .iter()
+                .map(|n| rcgen::RevokedCertParams {
+                    serial_number: serial(n),
+                    revocation_time: now - time::Duration::hours(1),
+                    reason_code: Some(rcgen::RevocationReason::KeyCompromise),
+                    invalidity_date: None,
+                })
+                .collect(),
+            key_identifier_method: rcgen::KeyIdMethod::Sha256,
+        }
+        .signed_by(&self.ca, &self.ca_key)?;
+        std::fs::write(self.dir.join("crl.pem"), crl.pem()?)?;
         Ok(())
     }
 
@@ -107,6 +132,14 @@ impl Pki {
         config.alpn_protocols = vec![b"h2".to_vec()];
         Ok(Arc::new(config))
     }
+}
+
+/// The serial number of the certificate issued as `name`.
+fn serial(name: &str) -> rcgen::SerialNumber {
+    let n = name
+        .bytes()
+        .fold(1u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    rcgen::SerialNumber::from(n & 0x7fff_ffff_ffff_ffff)
 }
 
 /// A KV client over TLS to `127.0.0.1:port`.
@@ -440,5 +473,39 @@ async fn a_member_joins_a_tls_cluster() -> TestResult {
         "the new member has the data"
     );
     eventually(|| async { put(&mut kv(c1, client.clone()).await?, "after", "2").await }).await?;
+    Ok(())
+}
+
+/// `--client-crl-file`: a client whose certificate the CA revoked is refused; others are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_client_certificate_is_refused() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let pki = Pki::new(dir.path())?;
+    pki.issue("server", "node", true)?;
+    pki.issue("client", "root", false)?;
+    pki.issue("revoked", "root", false)?;
+    pki.revoke(&["revoked"])?;
+    let (client_port, peer_port) = (free_port()?, free_port()?);
+    let args: Vec<String> = vec![
+        format!("--data-dir={}", dir.path().join("m").display()),
+        format!("--listen-client-urls=https://127.0.0.1:{client_port}"),
+        format!("--advertise-client-urls=https://127.0.0.1:{client_port}"),
+        format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+        format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
+        format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
+        format!("--cert-file={}", pki.path("server.crt")),
+        format!("--key-file={}", pki.path("server.key")),
+        format!("--trusted-ca-file={}", pki.path("ca.crt")),
+        format!("--client-crl-file={}", pki.path("crl.pem")),
+        "--client-cert-auth".into(),
+    ];
+    let _procs = Procs(vec![spawn(&args, &dir.path().join("m.log"))?]);
+    let good = pki.client(Some("client"))?;
+    eventually(|| async { put(&mut kv(client_port, good.clone()).await?, "a", "1").await }).await?;
+    let served = match kv(client_port, pki.client(Some("revoked"))?).await {
+        Ok(mut c) => put(&mut c, "a", "2").await.is_ok(),
+        Err(_) => false,
+    };
+    assert!(!served, "a revoked client certificate was served");
     Ok(())
 }
