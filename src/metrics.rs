@@ -192,6 +192,8 @@ pub fn grpc_code_name(code: i32) -> &'static str {
         .unwrap_or("Unknown")
 }
 
+/// `etcd_server_slow_apply_total`: applies slower than `--experimental-warning-apply-duration`.
+pub static SLOW_APPLY: AtomicU64 = AtomicU64::new(0);
 /// `etcd_server_proposals_failed_total`.
 pub static PROPOSALS_FAILED: AtomicU64 = AtomicU64::new(0);
 /// `etcd_debugging_mvcc_watch_stream_total`: open watch streams.
@@ -311,6 +313,11 @@ pub fn render(s: &Snapshot) -> String {
         out,
         "# HELP etcd_server_leader_changes_seen_total The number of leader changes seen.\n# TYPE etcd_server_leader_changes_seen_total counter\netcd_server_leader_changes_seen_total {}",
         LEADER_CHANGES.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP etcd_server_slow_apply_total The total number of slow apply requests (likely overloaded from slow disk).\n# TYPE etcd_server_slow_apply_total counter\netcd_server_slow_apply_total {}",
+        SLOW_APPLY.load(Ordering::Relaxed)
     );
     let rtt = "etcd_network_peer_round_trip_time_seconds";
     let _ = writeln!(

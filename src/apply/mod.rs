@@ -20,6 +20,23 @@ use crate::pb::etcdserverpb::{
 };
 use crate::storage::meta_key;
 
+/// What kind of request `cmd` is, for logs (never its keys or values).
+pub fn kind(cmd: &Command) -> &'static str {
+    match &cmd.op {
+        Some(Op::Put(_)) => "put",
+        Some(Op::DeleteRange(_)) => "delete_range",
+        Some(Op::Txn(_)) => "txn",
+        Some(Op::Compaction(_)) => "compaction",
+        Some(Op::LeaseGrant(_)) => "lease_grant",
+        Some(Op::LeaseCheckpoint(_)) => "lease_checkpoint",
+        Some(Op::LeaseRevoke(_)) => "lease_revoke",
+        Some(Op::MemberAttributes(_)) => "member_attributes",
+        Some(Op::Alarm(_)) => "alarm",
+        Some(Op::Batch(_)) => "batch",
+        None => "none",
+    }
+}
+
 /// Applies one command inside the apply batch `w` and closes its request (a batch: each of its
 /// commands in order, each closing its own request).
 pub fn apply(w: &mut WriteTxn<'_>, cmd: &Command) -> CommandResult {

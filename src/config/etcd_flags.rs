@@ -298,11 +298,7 @@ pub const FLAGS: &[Flag] = &[
         Duration,
         NoEffect("downgrades are not supported"),
     ),
-    f(
-        "experimental-warning-apply-duration",
-        Duration,
-        NoEffect("slow applies show in tracing spans and metrics"),
-    ),
+    f("experimental-warning-apply-duration", Duration, Implemented),
     f("experimental-memory-mlock", Bool, NoEffect(BOLT)),
     f(
         "experimental-txn-mode-write-with-shared-buffer",

@@ -187,6 +187,13 @@ pub struct Config {
     /// mismatch.
     #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
     pub experimental_initial_corrupt_check: bool,
+    /// Applies slower than this are logged (`apply request took too long`) and counted.
+    #[arg(
+        long = "experimental-warning-apply-duration",
+        default_value = "100ms",
+        value_parser = parse_duration
+    )]
+    pub warning_apply_duration: Duration,
     /// Reject membership changes that would leave fewer started (or reachable) voters than a
     /// quorum.
     #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]

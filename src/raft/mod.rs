@@ -79,6 +79,8 @@ pub struct RaftOptions {
     pub force_new_cluster: Option<String>,
     /// `--strict-reconfig-check`: refuse membership changes that could lose quorum.
     pub strict_reconfig_check: bool,
+    /// `--experimental-warning-apply-duration`: applies slower than this are logged.
+    pub warning_apply_duration: Duration,
 }
 
 /// One member's Raft state, shared by every RPC.
@@ -138,7 +140,8 @@ impl RaftNode {
             data_dir,
             removed.clone(),
         )
-        .map_err(|e| StorageError(e.to_string()))?;
+        .map_err(|e| StorageError(e.to_string()))?
+        .warn_slower_than(options.warning_apply_duration);
         let log = LogStore::new(storage.clone());
         log.uncommit_vote()
             .map_err(|e| StorageError(e.to_string()))?;

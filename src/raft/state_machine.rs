@@ -55,6 +55,8 @@ pub struct StateMachine {
     applied: Option<LogId<u64>>,
     membership: Membership,
     snapshot_seq: u64,
+    /// `--experimental-warning-apply-duration`: applies slower than this are logged.
+    slow_apply: std::time::Duration,
 }
 
 fn sm_err(e: impl std::fmt::Display) -> StorageError<u64> {
@@ -66,6 +68,12 @@ fn snap_err(e: impl std::fmt::Display) -> StorageError<u64> {
 }
 
 impl StateMachine {
+    /// Logs applies slower than `limit` (`--experimental-warning-apply-duration`).
+    pub fn warn_slower_than(mut self, limit: std::time::Duration) -> Self {
+        self.slow_apply = limit;
+        self
+    }
+
     /// Loads the applied state from `storage`.
     ///
     /// # Errors
@@ -104,6 +112,7 @@ impl StateMachine {
             applied,
             membership,
             snapshot_seq: 0,
+            slow_apply: std::time::Duration::from_millis(100),
         })
     }
 }
@@ -169,7 +178,23 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             }
             let result = match &entry.payload {
                 EntryPayload::Blank => CommandResult::default(),
-                EntryPayload::Normal(cmd) => apply::apply(&mut w, cmd),
+                EntryPayload::Normal(cmd) => {
+                    let started = std::time::Instant::now();
+                    let result = apply::apply(&mut w, cmd);
+                    let took = started.elapsed();
+                    if took > self.slow_apply {
+                        crate::metrics::SLOW_APPLY
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        tracing::warn!(
+                            took_ms = took.as_millis() as u64,
+                            expected_duration_ms = self.slow_apply.as_millis() as u64,
+                            request = apply::kind(cmd),
+                            index = entry.log_id.index,
+                            "apply request took too long"
+                        );
+                    }
+                    result
+                }
                 EntryPayload::Membership(m) => {
                     // Members that leave are recorded: peers refuse them from now on.
                     for (gone, _) in self.membership.membership().nodes() {

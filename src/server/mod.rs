@@ -88,6 +88,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
         quota_bytes: cfg.quota_bytes(),
         peer_tls: peer_dial,
         strict_reconfig_check: cfg.strict_reconfig_check,
+        warning_apply_duration: cfg.warning_apply_duration,
         force_new_cluster: cfg.force_new_cluster.then(|| {
             config::split_urls(&cfg.initial_advertise_peer_urls)
                 .into_iter()

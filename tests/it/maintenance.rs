@@ -466,3 +466,21 @@ async fn a_diverged_member_refuses_to_start_with_the_initial_corruption_check() 
     }
     Ok(())
 }
+
+/// `--experimental-warning-apply-duration`: applies slower than it are counted in
+/// `etcd_server_slow_apply_total` (and logged). With a limit of 1 ns every apply is slow, which
+/// needs no timing assumption.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_applies_are_counted() -> TestResult {
+    let c = Cluster::start_with(1, &["--experimental-warning-apply-duration", "1ns"])?;
+    c.wait_leader(Duration::from_secs(20)).await?;
+    put(&c, 0, "k", "v").await?;
+    let metrics = c.http_get(0, "/metrics").await?;
+    let count: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("etcd_server_slow_apply_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .ok_or("no etcd_server_slow_apply_total")?;
+    assert!(count > 0, "the put was not counted as slow");
+    Ok(())
+}
