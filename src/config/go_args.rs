@@ -221,6 +221,16 @@ pub fn parse(args: &[String], env: &[(String, String)]) -> Result<Parsed, ArgErr
 
 /// The canonical arguments for the implemented flags of `set`; notes for the others.
 fn finish(set: BTreeMap<&'static str, String>, mut notes: Vec<Note>) -> Result<Parsed, ArgError> {
+    // etcd drops its default advertised client URL when the listen URLs are given.
+    if set.contains_key("listen-client-urls") && !set.contains_key("advertise-client-urls") {
+        return Err(ArgError {
+            message:
+                "--advertise-client-urls is required when --listen-client-urls is set explicitly"
+                    .into(),
+            usage: false,
+            code: 1,
+        });
+    }
     let mut canonical = vec!["concord".to_string()];
     for (name, value) in set {
         let Some(flag) =

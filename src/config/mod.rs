@@ -2,12 +2,14 @@
 //! so that `concord` with no flags behaves like `etcd` with no flags.
 //!
 //! [`etcd_flags`] lists every flag of etcd 3.5 and what Concord does with it; [`go_args`] reads a
-//! command line and the environment the way etcd (Go's `flag` package) does; [`Config`] is the
-//! typed result, with the derived settings.
+//! command line and the environment the way etcd (Go's `flag` package) does, [`file`] etcd's
+//! YAML configuration file; [`validate`] makes etcd's start-up checks; [`Config`] is the typed
+//! result, with the derived settings.
 
 pub mod etcd_flags;
 pub mod file;
 pub mod go_args;
+pub mod validate;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -325,6 +327,11 @@ impl Config {
                     message: e.to_string().trim_end().to_string(),
                     usage: false,
                     code: 2,
+                })?;
+                validate::validate(&cfg).map_err(|message| go_args::ArgError {
+                    message,
+                    usage: false,
+                    code: 1,
                 })?;
                 Ok(Startup::Run(Box::new(cfg), notes))
             }

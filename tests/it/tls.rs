@@ -402,7 +402,10 @@ async fn bad_certificate_flags_are_refused_at_start_naming_the_flag() -> TestRes
             "does not match the certificate".into(),
         ),
         (
-            vec!["--listen-client-urls=https://127.0.0.1:0".into()],
+            vec![
+                "--listen-client-urls=https://127.0.0.1:0".into(),
+                "--advertise-client-urls=https://127.0.0.1:0".into(),
+            ],
             "must be provided for client url https://127.0.0.1:0".into(),
         ),
         (
