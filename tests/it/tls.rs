@@ -512,3 +512,106 @@ async fn a_revoked_client_certificate_is_refused() -> TestResult {
     assert!(!served, "a revoked client certificate was served");
     Ok(())
 }
+
+/// `--auto-tls --peer-auto-tls`: three members with self-signed certificates (peers do not verify
+/// each other's, as in etcd) form a cluster; a client that skips verification is served over
+/// TLS; `https://` metrics URLs use the client certificate too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_tls_forms_a_cluster() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let ports: Vec<(u16, u16, u16)> = (0..3)
+        .map(|_| Ok((free_port()?, free_port()?, free_port()?)))
+        .collect::<TestResult<_>>()?;
+    let initial = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("a{i}=https://127.0.0.1:{}", p.1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut procs = Procs(Vec::new());
+    for (i, (client, peer, metrics)) in ports.iter().enumerate() {
+        let args: Vec<String> = vec![
+            format!("--name=a{i}"),
+            format!("--data-dir={}", dir.path().join(format!("a{i}")).display()),
+            format!("--listen-client-urls=https://127.0.0.1:{client}"),
+            format!("--advertise-client-urls=https://127.0.0.1:{client}"),
+            format!("--listen-peer-urls=https://127.0.0.1:{peer}"),
+            format!("--initial-advertise-peer-urls=https://127.0.0.1:{peer}"),
+            format!("--listen-metrics-urls=https://127.0.0.1:{metrics}"),
+            format!("--initial-cluster={initial}"),
+            "--auto-tls".into(),
+            "--peer-auto-tls".into(),
+        ];
+        procs
+            .0
+            .push(spawn(&args, &dir.path().join(format!("a{i}.log")))?);
+    }
+    let insecure = insecure_client()?;
+    let (first, last) = (ports[0].0, ports[2].0);
+    eventually(|| async { put(&mut kv(first, insecure.clone()).await?, "k", "v").await }).await?;
+    let got =
+        eventually(|| async { get(&mut kv(last, insecure.clone()).await?, "k").await }).await?;
+    assert_eq!(got.as_deref(), Some(&b"v"[..]));
+    assert!(dir.path().join("a0/fixtures/peer/cert.pem").exists());
+    // The metrics URL speaks TLS: a plain HTTP request gets no answer.
+    assert!(http_get(ports[0].2, "/health")
+        .await
+        .map_or(true, |b| !b.contains("health")));
+    Ok(())
+}
+
+/// A client configuration that accepts any server certificate (as `etcdctl
+/// --insecure-skip-tls-verify`), still checking handshake signatures.
+fn insecure_client() -> TestResult<Arc<rustls::ClientConfig>> {
+    #[derive(Debug)]
+    struct AnyCert(Arc<rustls::crypto::CryptoProvider>);
+    impl rustls::client::danger::ServerCertVerifier for AnyCert {
+        fn verify_server_cert(
+            &self,
+            _: &CertificateDer<'_>,
+            _: &[CertificateDer<'_>],
+            _: &ServerName<'_>,
+            _: &[u8],
+            _: rustls::pki_types::UnixTime,
+        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            m: &[u8],
+            c: &CertificateDer<'_>,
+            d: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(
+                m,
+                c,
+                d,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+        fn verify_tls13_signature(
+            &self,
+            m: &[u8],
+            c: &CertificateDer<'_>,
+            d: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(
+                m,
+                c,
+                d,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            self.0.signature_verification_algorithms.supported_schemes()
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCert(provider)))
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
