@@ -1,6 +1,7 @@
 //! TLS for clients and peers: kubeadm's etcd command line, verbatim, on three members with a CA
-//! and certificates made the way kubeadm makes them; clients without a certificate refused;
-//! certificate rotation without a restart; bad certificate flags refused at start.
+//! and certificates made the way kubeadm makes them; clients without a certificate, with an
+//! untrusted, expired or revoked one refused; certificate rotation without a restart; a member
+//! joining over TLS; auto TLS; bad certificate flags refused at start.
 
 mod pki;
 
