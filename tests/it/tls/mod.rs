@@ -313,3 +313,66 @@ async fn auto_tls_forms_a_cluster() -> TestResult {
         .map_or(true, |b| !b.contains("health")));
     Ok(())
 }
+
+/// `--config-file` with etcd's YAML (TLS in `client-transport-security`, `log-outputs` to a
+/// file): the member serves as configured, and the file wins over the command line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_file_starts_a_tls_member() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let pki = Pki::new(dir.path())?;
+    pki.issue("server", "node", true)?;
+    pki.issue("client", "root", false)?;
+    let (client, peer) = (free_port()?, free_port()?);
+    let log = dir.path().join("member.log");
+    let yaml = format!(
+        "name: from-file\n\
+         data-dir: {data}\n\
+         listen-client-urls: https://127.0.0.1:{client}\n\
+         advertise-client-urls: https://127.0.0.1:{client}\n\
+         listen-peer-urls: http://127.0.0.1:{peer}\n\
+         initial-advertise-peer-urls: http://127.0.0.1:{peer}\n\
+         initial-cluster: from-file=http://127.0.0.1:{peer}\n\
+         log-outputs: [{log}]\n\
+         experimental-watch-progress-notify-interval: 5000000000\n\
+         client-transport-security:\n  \
+           cert-file: {cert}\n  \
+           key-file: {key}\n  \
+           trusted-ca-file: {ca}\n  \
+           client-cert-auth: true\n",
+        data = dir.path().join("data").display(),
+        log = log.display(),
+        cert = pki.path("server.crt"),
+        key = pki.path("server.key"),
+        ca = pki.path("ca.crt"),
+    );
+    let file = dir.path().join("etcd.conf.yml");
+    std::fs::write(&file, yaml)?;
+    // The command line's name is ignored: the file replaces it.
+    let args = vec![
+        format!("--config-file={}", file.display()),
+        "--name=ignored".to_string(),
+    ];
+    let _procs = Procs(vec![spawn(&args, &dir.path().join("stderr.log"))?]);
+    let tls = pki.client(Some("client"))?;
+    eventually(|| async { put(&mut kv(client, tls.clone()).await?, "k", "v").await }).await?;
+    let members = {
+        let connector = concord::transport::connector(Duration::from_secs(5), None, Some(tls));
+        let channel = Endpoint::from_shared(format!("http://127.0.0.1:{client}"))?
+            .connect_with_connector(connector)
+            .await?;
+        concord::pb::etcdserverpb::cluster_client::ClusterClient::new(channel)
+            .member_list(concord::pb::etcdserverpb::MemberListRequest {
+                linearizable: false,
+            })
+            .await?
+            .into_inner()
+            .members
+    };
+    assert_eq!(members.first().map(|m| m.name.as_str()), Some("from-file"));
+    let logged = std::fs::read_to_string(&log)?;
+    assert!(
+        logged.contains("loaded server configuration"),
+        "logs went elsewhere: {logged}"
+    );
+    Ok(())
+}
