@@ -150,10 +150,9 @@ impl RaftNode {
             // timeout. A member restarted into a healthy cluster hears its leader first, and
             // PreVote keeps it from disturbing that leader if it does not.
             let mut timeout = match node.upgrade() {
-                Some(n) if n.options.initial_election_tick_advance => {
+                Some(n) => {
                     n.elector.random_timeout(&mut seed) - n.options.election + n.options.heartbeat
                 }
-                Some(n) => n.elector.random_timeout(&mut seed),
                 None => return,
             };
             let mut ticker = tokio::time::interval(tick);

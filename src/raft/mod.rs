@@ -81,9 +81,6 @@ pub struct RaftOptions {
     pub strict_reconfig_check: bool,
     /// `--experimental-warning-apply-duration`: applies slower than this are logged.
     pub warning_apply_duration: Duration,
-    /// `--initial-election-tick-advance`: the first election timeout after a start is
-    /// fast-forwarded to about a heartbeat.
-    pub initial_election_tick_advance: bool,
 }
 
 /// One member's Raft state, shared by every RPC.
