@@ -35,10 +35,6 @@ use openraft::ServerState;
 use super::{first_url, RaftNode};
 use crate::pb::concordpb::{PreVoteReply, PreVoteRequest};
 
-/// `leader_heard` before this member has heard any leader since it started: it grants
-/// PreVotes at once (etcd: a member with no leader is in no lease).
-const NEVER: u64 = u64::MAX;
-
 /// One member's election clock and CheckQuorum state.
 pub struct Elector {
     /// When the member started: the origin of the times below.
@@ -59,7 +55,7 @@ impl Elector {
     pub fn new(election: Duration, heartbeat: Duration) -> Self {
         Elector {
             origin: Instant::now(),
-            leader_heard: AtomicU64::new(NEVER),
+            leader_heard: AtomicU64::new(0),
             timer: AtomicU64::new(0),
             quorum_lost: AtomicBool::new(false),
             election,
@@ -72,20 +68,13 @@ impl Elector {
     }
 
     fn since(&self, at: &AtomicU64) -> Duration {
-        match at.load(Ordering::Relaxed) {
-            NEVER => Duration::MAX,
-            t => Duration::from_millis(self.now().saturating_sub(t)),
-        }
+        Duration::from_millis(self.now().saturating_sub(at.load(Ordering::Relaxed)))
     }
 
     /// A leader this member follows was heard (it accepted an append or a snapshot).
     pub fn heard_leader(&self) {
         let now = self.now();
-        let _ = self
-            .leader_heard
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
-                (t == NEVER || t < now).then_some(now)
-            });
+        self.leader_heard.fetch_max(now, Ordering::Relaxed);
         self.timer.fetch_max(now, Ordering::Relaxed);
     }
 
@@ -109,7 +98,7 @@ impl Elector {
     /// PreVotes. Half a heartbeat of slack: the followers heard the leader's last heartbeat at
     /// slightly different times, and the first candidate must not be refused for that.
     pub fn leader_lost(&self) -> bool {
-        self.leader_silence().saturating_add(self.heartbeat / 2) >= self.election
+        self.leader_silence() + self.heartbeat / 2 >= self.election
     }
 
     /// Whether this member, as leader, has lost touch with a majority.
@@ -145,14 +134,8 @@ impl RaftNode {
         let tick = (self.options.heartbeat / 4).max(Duration::from_millis(5));
         let mut seed = self.id ^ (self.elector.origin.elapsed().as_nanos() as u64) | 1;
         tokio::spawn(async move {
-            // The first timeout is fast-forwarded, as etcd's `initial-election-tick-advance`:
-            // after a full restart a leader is elected within a heartbeat and a half election
-            // timeout. A member restarted into a healthy cluster hears its leader first, and
-            // PreVote keeps it from disturbing that leader if it does not.
             let mut timeout = match node.upgrade() {
-                Some(n) => {
-                    n.elector.random_timeout(&mut seed) - n.options.election + n.options.heartbeat
-                }
+                Some(n) => n.elector.random_timeout(&mut seed),
                 None => return,
             };
             let mut ticker = tokio::time::interval(tick);
