@@ -115,13 +115,11 @@ pub fn parse(args: &[String], env: &[(String, String)]) -> Result<Parsed, ArgErr
         };
         let value = if flag.kind == Kind::Bool {
             match value {
-                Some(v) => parse_bool(&v)
-                    .ok_or_else(|| {
-                        ArgError::flag(format!(
-                            "invalid boolean value {v:?} for -{name}: parse error"
-                        ))
-                    })?
-                    .to_string(),
+                Some(v) => canonical(Kind::Bool, &v).map_err(|_| {
+                    ArgError::flag(format!(
+                        "invalid boolean value {v:?} for -{name}: parse error"
+                    ))
+                })?,
                 None => "true".to_string(),
             }
         } else {
@@ -135,10 +133,9 @@ pub fn parse(args: &[String], env: &[(String, String)]) -> Result<Parsed, ArgErr
                     return Err(ArgError::flag(format!("flag needs an argument: -{name}")));
                 }
             };
-            check_value(flag.kind, &v).map_err(|why| {
+            canonical(flag.kind, &v).map_err(|why| {
                 ArgError::flag(format!("invalid value {v:?} for flag -{name}: {why}"))
-            })?;
-            v
+            })?
         };
         set.insert(flag.name, value);
         i += 1;
@@ -173,17 +170,11 @@ pub fn parse(args: &[String], env: &[(String, String)]) -> Result<Parsed, ArgErr
             let Some(flag) = etcd_flags::lookup(&name) else {
                 continue;
             };
-            let bad = || ArgError {
+            let value = canonical(flag.kind, &value).map_err(|_| ArgError {
                 message: format!("--config-file {path}: invalid value {value:?} for {name}"),
                 usage: false,
                 code: 1,
-            };
-            let value = if flag.kind == Kind::Bool {
-                parse_bool(&value).ok_or_else(bad)?.to_string()
-            } else {
-                check_value(flag.kind, &value).map_err(|_| bad())?;
-                value.clone()
-            };
+            })?;
             set.insert(flag.name, value);
         }
         notes.push(Note::ConfigFile { path, unknown });
@@ -205,14 +196,7 @@ pub fn parse(args: &[String], env: &[(String, String)]) -> Result<Parsed, ArgErr
             notes.push(Note::EnvShadowed { var: var.clone() });
             continue;
         }
-        let value = if flag.kind == Kind::Bool {
-            parse_bool(value)
-                .ok_or_else(|| env_error(var, value))?
-                .to_string()
-        } else {
-            check_value(flag.kind, value).map_err(|_| env_error(var, value))?;
-            value.clone()
-        };
+        let value = canonical(flag.kind, value).map_err(|_| env_error(var, value))?;
         notes.push(Note::EnvUsed { var: var.clone() });
         set.insert(flag.name, value);
     }
@@ -272,14 +256,20 @@ pub fn parse_bool(s: &str) -> Option<bool> {
     }
 }
 
-fn check_value(kind: Kind, v: &str) -> Result<(), &'static str> {
-    match kind {
-        Kind::Bool | Kind::Text => Ok(()),
-        Kind::Uint => v.parse::<u64>().map(|_| ()).map_err(|_| "parse error"),
-        Kind::Int => v.parse::<i64>().map(|_| ()).map_err(|_| "parse error"),
-        Kind::Duration => super::parse_duration(v)
-            .map(|_| ())
-            .map_err(|_| "parse error"),
+/// `v` checked against the flag's Go type, in the form the typed parser takes (booleans as
+/// `true`/`false`, whatever Go spelling they came in).
+fn canonical(kind: Kind, v: &str) -> Result<String, &'static str> {
+    let ok = match kind {
+        Kind::Bool => return parse_bool(v).map(|b| b.to_string()).ok_or("parse error"),
+        Kind::Text => true,
+        Kind::Uint => v.parse::<u64>().is_ok(),
+        Kind::Int => v.parse::<i64>().is_ok(),
+        Kind::Duration => super::parse_duration(v).is_ok(),
+    };
+    if ok {
+        Ok(v.to_string())
+    } else {
+        Err("parse error")
     }
 }
 
