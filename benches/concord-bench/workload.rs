@@ -99,28 +99,12 @@ pub async fn run(args: &Args) -> anyhow::Result<Measured> {
 
 /// The TLS client configuration `--cacert`, `--cert` and `--key` ask for.
 fn tls_config(args: &Args) -> anyhow::Result<Option<std::sync::Arc<rustls::ClientConfig>>> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let Some(ca) = &args.cacert else {
         return Ok(None);
     };
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(ca)? {
-        roots.add(cert?)?;
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots);
-    let mut config = match (&args.cert, &args.key) {
-        (Some(cert), Some(key)) => {
-            let chain = CertificateDer::pem_file_iter(cert)?.collect::<Result<Vec<_>, _>>()?;
-            builder.with_client_auth_cert(chain, PrivateKeyDer::from_pem_file(key)?)?
-        }
-        _ => builder.with_no_client_auth(),
-    };
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(Some(std::sync::Arc::new(config)))
+    let cert = args.cert.as_deref().zip(args.key.as_deref());
+    let config = concord::tls::client_config(Some(ca), cert).map_err(anyhow::Error::msg)?;
+    Ok(Some(config))
 }
 
 async fn connect(args: &Args) -> anyhow::Result<Vec<Channel>> {

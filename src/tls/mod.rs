@@ -276,6 +276,37 @@ impl Side {
     }
 }
 
+/// A client configuration for `https://` endpoints (load generators, tools, tests): servers
+/// verified against the CAs in `ca`, or not at all when `None` (as `etcdctl
+/// --insecure-skip-tls-verify`; handshake signatures are still checked); the certificate and key
+/// `cert` presented if given.
+///
+/// # Errors
+/// An unreadable file or a key that does not match its certificate.
+pub fn client_config(
+    ca: Option<&std::path::Path>,
+    cert: Option<(&std::path::Path, &std::path::Path)>,
+) -> Result<Arc<rustls::ClientConfig>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    let builder = match ca {
+        Some(ca) => builder.with_root_certificates(pem::roots("CA", ca)?),
+        None => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verify::AnyServerCert(provider))),
+    };
+    let mut config = match cert {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(pem::certs("cert", cert)?, pem::key("key", key)?)
+            .map_err(|e| e.to_string())?,
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
 /// A root store trusting the certificate `key` serves (auto TLS).
 fn self_roots(key: &reload::ReloadingKey) -> Result<RootCertStore, String> {
     let mut roots = RootCertStore::empty();

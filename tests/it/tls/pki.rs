@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 
 use concord::pb::etcdserverpb::kv_client::KvClient;
 use concord::pb::etcdserverpb::{PutRequest, RangeRequest};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::cluster::TestResult;
@@ -120,24 +119,15 @@ impl Pki {
         &self,
         cert: Option<(&Pki, &str)>,
     ) -> TestResult<Arc<rustls::ClientConfig>> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(CertificateDer::from_pem_file(self.path("ca.crt"))?)?;
-        let builder = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots);
-        let mut config = match cert {
-            Some((pki, n)) => {
-                let chain = vec![CertificateDer::from_pem_file(
-                    pki.path(&format!("{n}.crt")),
-                )?];
-                let key = PrivateKeyDer::from_pem_file(pki.path(&format!("{n}.key")))?;
-                builder.with_client_auth_cert(chain, key)?
-            }
-            None => builder.with_no_client_auth(),
-        };
-        config.alpn_protocols = vec![b"h2".to_vec()];
-        Ok(Arc::new(config))
+        let ca = self.dir.join("ca.crt");
+        let files = cert.map(|(pki, n)| {
+            (
+                pki.dir.join(format!("{n}.crt")),
+                pki.dir.join(format!("{n}.key")),
+            )
+        });
+        let cert = files.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+        Ok(concord::tls::client_config(Some(&ca), cert)?)
     }
 }
 
@@ -269,55 +259,5 @@ pub(super) async fn served_cn(port: u16, tls: Arc<rustls::ClientConfig>) -> Test
 /// A client configuration that accepts any server certificate (as `etcdctl
 /// --insecure-skip-tls-verify`), still checking handshake signatures.
 pub(super) fn insecure_client() -> TestResult<Arc<rustls::ClientConfig>> {
-    #[derive(Debug)]
-    struct AnyCert(Arc<rustls::crypto::CryptoProvider>);
-    impl rustls::client::danger::ServerCertVerifier for AnyCert {
-        fn verify_server_cert(
-            &self,
-            _: &CertificateDer<'_>,
-            _: &[CertificateDer<'_>],
-            _: &ServerName<'_>,
-            _: &[u8],
-            _: rustls::pki_types::UnixTime,
-        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-            Ok(rustls::client::danger::ServerCertVerified::assertion())
-        }
-        fn verify_tls12_signature(
-            &self,
-            m: &[u8],
-            c: &CertificateDer<'_>,
-            d: &rustls::DigitallySignedStruct,
-        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls12_signature(
-                m,
-                c,
-                d,
-                &self.0.signature_verification_algorithms,
-            )
-        }
-        fn verify_tls13_signature(
-            &self,
-            m: &[u8],
-            c: &CertificateDer<'_>,
-            d: &rustls::DigitallySignedStruct,
-        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls13_signature(
-                m,
-                c,
-                d,
-                &self.0.signature_verification_algorithms,
-            )
-        }
-        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-            self.0.signature_verification_algorithms.supported_schemes()
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCert(provider)))
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(Arc::new(config))
+    Ok(concord::tls::client_config(None, None)?)
 }
