@@ -11,7 +11,10 @@ use concord::pb::etcdserverpb::kv_client::KvClient;
 use tonic::transport::Endpoint;
 
 use crate::cluster::{free_port, http_get, TestResult};
-use pki::{eventually, get, insecure_client, kubeadm_flags, kv, put, served_cn, spawn, Pki, Procs};
+use pki::{
+    eventually, get, insecure_client, kubeadm_flags, kv, put, served_cn, spawn, spawn_one, Pki,
+    Procs,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubeadms_command_line_forms_a_tls_cluster() -> TestResult {
@@ -91,20 +94,8 @@ async fn a_rotated_certificate_is_served_without_a_restart() -> TestResult {
     let pki = Pki::new(dir.path())?;
     pki.issue("server", "before", true)?;
     pki.issue("client", "root", false)?;
-    let (client_port, peer_port) = (free_port()?, free_port()?);
-    let args: Vec<String> = vec![
-        format!("--data-dir={}", dir.path().join("m").display()),
-        format!("--listen-client-urls=https://127.0.0.1:{client_port}"),
-        format!("--advertise-client-urls=https://127.0.0.1:{client_port}"),
-        format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
-        format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
-        format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
-        format!("--cert-file={}", pki.path("server.crt")),
-        format!("--key-file={}", pki.path("server.key")),
-        format!("--trusted-ca-file={}", pki.path("ca.crt")),
-        "--client-cert-auth".into(),
-    ];
-    let _procs = Procs(vec![spawn(&args, &dir.path().join("m.log"))?]);
+    let client_port = free_port()?;
+    let _procs = Procs(vec![spawn_one(&pki, dir.path(), client_port, &[])?]);
     let client = pki.client(Some("client"))?;
     let mut old = eventually(|| async {
         let mut c = kv(client_port, client.clone()).await?;
@@ -242,21 +233,9 @@ async fn a_revoked_client_certificate_is_refused() -> TestResult {
     pki.issue("client", "root", false)?;
     pki.issue("revoked", "root", false)?;
     pki.revoke(&["revoked"])?;
-    let (client_port, peer_port) = (free_port()?, free_port()?);
-    let args: Vec<String> = vec![
-        format!("--data-dir={}", dir.path().join("m").display()),
-        format!("--listen-client-urls=https://127.0.0.1:{client_port}"),
-        format!("--advertise-client-urls=https://127.0.0.1:{client_port}"),
-        format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
-        format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
-        format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
-        format!("--cert-file={}", pki.path("server.crt")),
-        format!("--key-file={}", pki.path("server.key")),
-        format!("--trusted-ca-file={}", pki.path("ca.crt")),
-        format!("--client-crl-file={}", pki.path("crl.pem")),
-        "--client-cert-auth".into(),
-    ];
-    let _procs = Procs(vec![spawn(&args, &dir.path().join("m.log"))?]);
+    let client_port = free_port()?;
+    let crl = format!("--client-crl-file={}", pki.path("crl.pem"));
+    let _procs = Procs(vec![spawn_one(&pki, dir.path(), client_port, &[crl])?]);
     let good = pki.client(Some("client"))?;
     eventually(|| async { put(&mut kv(client_port, good.clone()).await?, "a", "1").await }).await?;
     let served = match kv(client_port, pki.client(Some("revoked"))?).await {

@@ -224,6 +224,31 @@ pub(super) fn spawn(args: &[String], log: &Path) -> TestResult<Child> {
         .spawn()?)
 }
 
+/// Starts one member whose client URL (`127.0.0.1:client_port`) serves `server.crt` and
+/// requires client certificates signed by the CA, with `extra` flags; data and log in `dir`.
+pub(super) fn spawn_one(
+    pki: &Pki,
+    dir: &Path,
+    client_port: u16,
+    extra: &[String],
+) -> TestResult<Child> {
+    let peer_port = crate::cluster::free_port()?;
+    let mut args: Vec<String> = vec![
+        format!("--data-dir={}", dir.join("m").display()),
+        format!("--listen-client-urls=https://127.0.0.1:{client_port}"),
+        format!("--advertise-client-urls=https://127.0.0.1:{client_port}"),
+        format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+        format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
+        format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
+        format!("--cert-file={}", pki.path("server.crt")),
+        format!("--key-file={}", pki.path("server.key")),
+        format!("--trusted-ca-file={}", pki.path("ca.crt")),
+        "--client-cert-auth".into(),
+    ];
+    args.extend_from_slice(extra);
+    spawn(&args, &dir.join("m.log"))
+}
+
 /// Retries `op` for up to 20 s (members start, elect, and connect).
 pub(super) async fn eventually<T, F, Fut>(mut op: F) -> TestResult<T>
 where
