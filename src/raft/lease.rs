@@ -194,7 +194,7 @@ impl RaftNode {
                 // Judged now, not by the elector's last tick: right after a pause (SIGSTOP, a
                 // stalled VM) a deposed leader's deadlines have all passed, and it must not act
                 // on them before it notices that it lost its quorum.
-                let leading = node.leader() == Some(node.id) && node.leads_with_quorum();
+                let leading = node.leads_with_quorum();
                 if !leading {
                     if node.lessor.term().is_some() {
                         node.lessor.demote();
@@ -211,15 +211,14 @@ impl RaftNode {
                     let m = m.borrow();
                     (m.current_term, m.last_applied.map(|l| l.leader_id.term))
                 };
+                let leases = node.mvcc.leases();
                 if node.lessor.term() != Some(term) {
                     if applied_term != Some(term) {
                         continue;
                     }
-                    node.lessor.promote(term, &node.mvcc.leases());
+                    node.lessor.promote(term, &leases);
                 }
-                let expired =
-                    node.lessor
-                        .expired(&node.mvcc.leases(), REVOKES_PER_TICK, REVOKE_RETRY);
+                let expired = node.lessor.expired(&leases, REVOKES_PER_TICK, REVOKE_RETRY);
                 if last_checkpoint.elapsed() >= node.options.lease_checkpoint_interval {
                     last_checkpoint = tokio::time::Instant::now();
                     node.propose_checkpoints();

@@ -89,7 +89,7 @@ impl Side {
         }
         Ok(side.map(|mut s| {
             s.client_cert_auth = cfg.client_cert_auth;
-            s.allowed_hostnames = list(&cfg.client_cert_allowed_hostname);
+            s.allowed_hostnames = split_urls(&cfg.client_cert_allowed_hostname);
             Arc::new(s)
         }))
     }
@@ -124,8 +124,8 @@ impl Side {
                 first_https(&cfg.listen_peer_urls, "")
             ));
         }
-        let cns = list(&cfg.peer_cert_allowed_cn);
-        let hostnames = list(&cfg.peer_cert_allowed_hostname);
+        let cns = split_urls(&cfg.peer_cert_allowed_cn);
+        let hostnames = split_urls(&cfg.peer_cert_allowed_hostname);
         if !cns.is_empty() && !hostnames.is_empty() {
             return Err(
                 "cannot have both --peer-cert-allowed-cn and --peer-cert-allowed-hostname".into(),
@@ -314,10 +314,6 @@ fn self_roots(key: &reload::ReloadingKey) -> Result<RootCertStore, String> {
         roots.add(cert.clone()).map_err(|e| e.to_string())?;
     }
     Ok(roots)
-}
-
-fn list(s: &str) -> Vec<String> {
-    split_urls(s)
 }
 
 fn urls_https(urls: &str) -> bool {
