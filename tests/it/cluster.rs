@@ -47,6 +47,18 @@ pub async fn http_get(port: u16, path: &str) -> TestResult<String> {
     Ok(body.to_string())
 }
 
+/// Member processes started outside a [`Cluster`] (custom command lines), killed when dropped.
+pub struct Procs(pub Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> TestResult<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?

@@ -1,26 +1,14 @@
 //! `unix://` client and peer URLs (etcd's `unix://name` form: a socket file `name` in the
 //! working directory).
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use concord::pb::etcdserverpb::kv_client::KvClient;
 use concord::pb::etcdserverpb::{PutRequest, RangeRequest};
 use tonic::transport::{Channel, Endpoint};
 
-use crate::cluster::TestResult;
-
-/// Member processes, killed when dropped.
-struct Procs(Vec<Child>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
+use crate::cluster::{Procs, TestResult};
 
 async fn kv(socket: std::path::PathBuf) -> TestResult<KvClient<Channel>> {
     let connector = concord::transport::unix_connector(

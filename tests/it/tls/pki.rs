@@ -10,6 +10,7 @@ use concord::pb::etcdserverpb::{PutRequest, RangeRequest};
 use rustls::pki_types::ServerName;
 use tonic::transport::{Channel, Endpoint};
 
+pub(super) use crate::cluster::Procs;
 use crate::cluster::TestResult;
 
 /// A CA and the certificates it signed, as PEM files in a directory.
@@ -167,18 +168,6 @@ pub(super) async fn get(kv: &mut KvClient<Channel>, key: &str) -> TestResult<Opt
         .await?
         .into_inner();
     Ok(r.kvs.into_iter().next().map(|kv| kv.value))
-}
-
-/// Member processes, killed when dropped.
-pub(super) struct Procs(pub(super) Vec<Child>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 /// kubeadm's etcd flags for member `name` (ports on 127.0.0.1).
