@@ -60,10 +60,25 @@ impl Drop for Procs {
 }
 
 /// A free TCP port on 127.0.0.1.
+///
+/// Taken below Linux's ephemeral range (32768 and up): a port the kernel handed out for port 0
+/// is free only until an outgoing connection of some other test takes it as its local port,
+/// and a member started later then fails to bind (seen as a cluster that never elected).
+/// Ports are handed out in turn from a per-process starting point, each checked by binding.
 pub fn free_port() -> TestResult<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let start = (std::process::id().wrapping_mul(7919)) % SPAN;
+    let _ = NEXT.compare_exchange(u32::MAX, start, Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..SPAN {
+        let port = (FIRST + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err("no free port below the ephemeral range".into())
 }
 
 struct Spec {
@@ -194,6 +209,12 @@ impl Cluster {
             // The fault-injection hook (see `slow_disk_failpoint` in the log store): a member
             // reads its fsync delay from here; without the file it syncs normally.
             .env("CONCORD_FAILPOINT_DIR", self.failpoint_dir(i))
+            // Elections are logged (rarely more than a few lines): a failed `wait_leader` shows
+            // them.
+            .env(
+                "RUST_LOG",
+                "warn,concord::raft::election=info,openraft::engine=info",
+            )
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()?;
@@ -333,6 +354,7 @@ impl Cluster {
     /// leader's index.
     pub async fn wait_leader(&self, within: Duration) -> TestResult<usize> {
         let deadline = Instant::now() + within;
+        let mut last = Vec::new();
         while Instant::now() < deadline {
             let mut views = Vec::new();
             for i in self.alive() {
@@ -352,9 +374,33 @@ impl Cluster {
                     return Ok(*i);
                 }
             }
+            last = views;
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Err("no leader elected in time".into())
+        Err(format!(
+            "no leader elected in time; last (member, id, leader) views {last:?}, alive {:?}\n{}",
+            self.alive(),
+            self.log_tails(40)
+        )
+        .into())
+    }
+
+    /// The last `lines` lines of every member's log, for a failure message.
+    pub fn log_tails(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for s in &self.specs {
+            let log = std::fs::read_to_string(self.dir.path().join(format!("{}.log", s.name)))
+                .unwrap_or_else(|e| format!("(no log: {e})"));
+            let all: Vec<&str> = log.lines().collect();
+            out.push_str(&format!("--- {} ---\n", s.name));
+            // The head too: a member that failed to start says why in its first lines.
+            let tail = all.len().saturating_sub(lines);
+            for l in all.iter().take(tail.min(5)).chain(&all[tail..]) {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+        out
     }
 }
 
