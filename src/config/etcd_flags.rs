@@ -75,13 +75,7 @@ pub const FLAGS: &[Flag] = &[
     f("snapshot-count", Uint, Implemented),
     f("heartbeat-interval", Uint, Implemented),
     f("election-timeout", Uint, Implemented),
-    f(
-        "initial-election-tick-advance",
-        Bool,
-        NoEffect(
-            "a restarted member waits one election timeout before campaigning, whatever this says",
-        ),
-    ),
+    f("initial-election-tick-advance", Bool, Implemented),
     f("listen-peer-urls", Text, Implemented),
     f("listen-client-urls", Text, Implemented),
     f("listen-client-http-urls", Text, Implemented),

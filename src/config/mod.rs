@@ -189,6 +189,10 @@ pub struct Config {
     /// mismatch.
     #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
     pub experimental_initial_corrupt_check: bool,
+    /// Fast-forward the first election timeout after a restart (etcd's default): after a full
+    /// restart a leader is elected within about a heartbeat.
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
+    pub initial_election_tick_advance: bool,
     /// Applies slower than this are logged (`apply request took too long`) and counted.
     #[arg(
         long = "experimental-warning-apply-duration",
@@ -602,6 +606,13 @@ mod tests {
         assert_eq!(c.max_request_bytes, 1_572_864);
         assert_eq!(c.max_txn_ops, 128);
         assert_eq!(c.log_format, LogFormat::Json);
+        assert!(
+            c.initial_election_tick_advance && c.strict_reconfig_check && c.enable_grpc_gateway
+        );
+        assert!(
+            !Config::parse_from(["concord", "--initial-election-tick-advance=false"])
+                .initial_election_tick_advance
+        );
         assert_eq!(
             c.lease_checkpoint_interval,
             Duration::from_secs(300),

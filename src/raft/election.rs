@@ -35,6 +35,10 @@ use openraft::ServerState;
 use super::{first_url, RaftNode};
 use crate::pb::concordpb::{PreVoteReply, PreVoteRequest};
 
+/// `leader_heard` before this member has heard any leader since it started: it grants
+/// PreVotes at once (etcd: a member with no leader is in no lease).
+const NEVER: u64 = u64::MAX;
+
 /// One member's election clock and CheckQuorum state.
 pub struct Elector {
     /// When the member started: the origin of the times below.
@@ -46,18 +50,26 @@ pub struct Elector {
     timer: AtomicU64,
     /// Set while this member leads but has not heard from a majority within an election timeout.
     quorum_lost: AtomicBool,
+    /// Whether the first election timeout is fast-forwarded (see [`Elector::new`]).
+    advanced: bool,
     election: Duration,
     heartbeat: Duration,
 }
 
 impl Elector {
-    /// A clock that starts now (a restarted member waits a full timeout before campaigning).
-    pub fn new(election: Duration, heartbeat: Duration) -> Self {
+    /// A clock that starts now. A member restarted on its own data with `advance` (etcd's
+    /// `initial-election-tick-advance`) treats itself as having heard no leader: it grants
+    /// PreVotes at once and its first timeout is fast-forwarded, so after a full restart a leader
+    /// is elected within about a heartbeat. Otherwise the member waits a whole timeout, as a
+    /// fresh cluster needs (openraft's bootstrap campaigns at once) and a joining member should
+    /// (its leader is about to call).
+    pub fn new(election: Duration, heartbeat: Duration, advance: bool) -> Self {
         Elector {
             origin: Instant::now(),
-            leader_heard: AtomicU64::new(0),
+            leader_heard: AtomicU64::new(if advance { NEVER } else { 0 }),
             timer: AtomicU64::new(0),
             quorum_lost: AtomicBool::new(false),
+            advanced: advance,
             election,
             heartbeat,
         }
@@ -68,13 +80,20 @@ impl Elector {
     }
 
     fn since(&self, at: &AtomicU64) -> Duration {
-        Duration::from_millis(self.now().saturating_sub(at.load(Ordering::Relaxed)))
+        match at.load(Ordering::Relaxed) {
+            NEVER => Duration::MAX,
+            t => Duration::from_millis(self.now().saturating_sub(t)),
+        }
     }
 
     /// A leader this member follows was heard (it accepted an append or a snapshot).
     pub fn heard_leader(&self) {
         let now = self.now();
-        self.leader_heard.fetch_max(now, Ordering::Relaxed);
+        let _ = self
+            .leader_heard
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                (t == NEVER || t < now).then_some(now)
+            });
         self.timer.fetch_max(now, Ordering::Relaxed);
     }
 
@@ -98,7 +117,7 @@ impl Elector {
     /// PreVotes. Half a heartbeat of slack: the followers heard the leader's last heartbeat at
     /// slightly different times, and the first candidate must not be refused for that.
     pub fn leader_lost(&self) -> bool {
-        self.leader_silence() + self.heartbeat / 2 >= self.election
+        self.leader_silence().saturating_add(self.heartbeat / 2) >= self.election
     }
 
     /// Whether this member, as leader, has lost touch with a majority.
@@ -134,7 +153,14 @@ impl RaftNode {
         let tick = (self.options.heartbeat / 4).max(Duration::from_millis(5));
         let mut seed = self.id ^ (self.elector.origin.elapsed().as_nanos() as u64) | 1;
         tokio::spawn(async move {
+            // A restarted member's first timeout is fast-forwarded, as etcd's
+            // `initial-election-tick-advance`: after a full restart a leader is elected within a
+            // heartbeat and half an election timeout. A member restarted into a healthy cluster
+            // hears its leader first, and PreVote keeps it from disturbing that leader if not.
             let mut timeout = match node.upgrade() {
+                Some(n) if n.elector.advanced => {
+                    n.elector.random_timeout(&mut seed) - n.options.election + n.options.heartbeat
+                }
                 Some(n) => n.elector.random_timeout(&mut seed),
                 None => return,
             };
@@ -326,5 +352,36 @@ impl RaftNode {
             "PreVote"
         );
         PreVoteReply { granted }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_restarted_member_starts_as_if_its_leader_were_lost() {
+        let (e, h) = (Duration::from_millis(1000), Duration::from_millis(100));
+        let restarted = Elector::new(e, h, true);
+        assert!(restarted.leader_lost(), "grants PreVotes at once");
+        assert!(!restarted.leader_alive());
+        let fresh = Elector::new(e, h, false);
+        assert!(!fresh.leader_lost(), "waits a whole timeout first");
+        restarted.heard_leader();
+        assert!(!restarted.leader_lost() && restarted.leader_alive());
+    }
+
+    #[test]
+    fn timeouts_stay_within_one_and_a_half_election_timeouts() {
+        let e = Elector::new(
+            Duration::from_millis(1000),
+            Duration::from_millis(100),
+            false,
+        );
+        let mut seed = 42;
+        for _ in 0..1000 {
+            let t = e.random_timeout(&mut seed);
+            assert!(t >= Duration::from_millis(1000) && t < Duration::from_millis(1500));
+        }
     }
 }

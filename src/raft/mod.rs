@@ -81,6 +81,9 @@ pub struct RaftOptions {
     pub strict_reconfig_check: bool,
     /// `--experimental-warning-apply-duration`: applies slower than this are logged.
     pub warning_apply_duration: Duration,
+    /// `--initial-election-tick-advance`: the first election timeout after a restart on the
+    /// member's own data is fast-forwarded to about a heartbeat.
+    pub initial_election_tick_advance: bool,
 }
 
 /// One member's Raft state, shared by every RPC.
@@ -184,6 +187,12 @@ impl RaftNode {
         let raft = Raft::new(id, config, network, log, sm)
             .await
             .map_err(|e| StorageError(e.to_string()))?;
+        // Restarted on its own state (not bootstrapping, not joining): see `Elector::new`.
+        let restarted = raft
+            .is_initialized()
+            .await
+            .map_err(|e| StorageError(e.to_string()))?;
+        let advance = restarted && options.initial_election_tick_advance;
         let proposals = propose::Batcher::start(raft.clone(), options.max_request_bytes);
         let (reads, read_queue) = read::ReadBatcher::new();
         let lessor = crate::lease::Lessor::new(id, options.election);
@@ -205,7 +214,7 @@ impl RaftNode {
             membership_lock: tokio::sync::Mutex::new(()),
             links,
             snapshot_path: state_machine::snapshot_path(data_dir),
-            elector: election::Elector::new(options_election, options_heartbeat),
+            elector: election::Elector::new(options_election, options_heartbeat, advance),
             log: log_handle,
         });
         node.start_reads(read_queue);

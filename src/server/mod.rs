@@ -89,6 +89,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
         peer_tls: peer_dial,
         strict_reconfig_check: cfg.strict_reconfig_check,
         warning_apply_duration: cfg.warning_apply_duration,
+        initial_election_tick_advance: cfg.initial_election_tick_advance,
         force_new_cluster: cfg.force_new_cluster.then(|| {
             config::split_urls(&cfg.initial_advertise_peer_urls)
                 .into_iter()
