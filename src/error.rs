@@ -114,11 +114,65 @@ pub enum Error {
     /// MoveLeader did not complete in time.
     #[error("request timed out, leader transfer took too long")]
     LeaderTransferTimeout,
+    /// AuthEnable without a `root` user.
+    #[error("root user does not exist")]
+    RootUserNotExist,
+    /// AuthEnable while the `root` user lacks the `root` role.
+    #[error("root user does not have root role")]
+    RootRoleNotExist,
+    /// UserAdd of a user that exists.
+    #[error("user name already exists")]
+    UserAlreadyExist,
+    /// A request without a user (no token while auth is on, or an empty name).
+    #[error("user name is empty")]
+    UserEmpty,
+    /// A user that does not exist.
+    #[error("user name not found")]
+    UserNotFound,
+    /// RoleAdd of a role that exists.
+    #[error("role name already exists")]
+    RoleAlreadyExist,
+    /// A role that does not exist.
+    #[error("role name not found")]
+    RoleNotFound,
+    /// RoleAdd with an empty name.
+    #[error("role name is empty")]
+    RoleEmpty,
+    /// RoleGrantPermission without a permission.
+    #[error("permission not given")]
+    PermissionNotGiven,
+    /// A wrong user name or password.
+    #[error("authentication failed, invalid user ID or password")]
+    AuthFailed,
+    /// The user lacks the permission the request needs.
+    #[error("permission denied")]
+    PermissionDenied,
+    /// UserRevokeRole of a role the user does not have.
+    #[error("role is not granted to the user")]
+    RoleNotGranted,
+    /// RoleRevokePermission of a permission the role does not have.
+    #[error("permission is not granted to the role")]
+    PermissionNotGranted,
+    /// Authenticate while auth is off.
+    #[error("authentication is not enabled")]
+    AuthNotEnabled,
+    /// A token that is unknown, expired or malformed.
+    #[error("invalid auth token")]
+    InvalidAuthToken,
+    /// Deleting `root`, taking `root` from `root`, or an invalid permission range.
+    #[error("invalid auth management")]
+    InvalidAuthMgmt,
+    /// The auth store changed since the request's credentials were checked.
+    #[error("revision of auth store is old")]
+    AuthOldRevision,
+    /// Authenticate with a password for a user added with `no_password`.
+    #[error("authentication failed, password was given for no password user")]
+    NoPasswordUser,
 }
 
 impl Error {
     /// Every variant, for tests and for decoding codes.
-    pub const ALL: [Error; 36] = [
+    pub const ALL: [Error; 54] = [
         Error::Compacted,
         Error::FutureRevision,
         Error::EmptyKey,
@@ -155,6 +209,24 @@ impl Error {
         Error::Corrupt,
         Error::LeaderTransferTimeout,
         Error::MemberNotEnoughStarted,
+        Error::RootUserNotExist,
+        Error::RootRoleNotExist,
+        Error::UserAlreadyExist,
+        Error::UserEmpty,
+        Error::UserNotFound,
+        Error::RoleAlreadyExist,
+        Error::RoleNotFound,
+        Error::RoleEmpty,
+        Error::PermissionNotGiven,
+        Error::AuthFailed,
+        Error::PermissionDenied,
+        Error::RoleNotGranted,
+        Error::PermissionNotGranted,
+        Error::AuthNotEnabled,
+        Error::InvalidAuthToken,
+        Error::InvalidAuthMgmt,
+        Error::AuthOldRevision,
+        Error::NoPasswordUser,
     ];
 
     /// The stable wire code of this error (never 0, which means "no error").

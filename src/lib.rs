@@ -12,10 +12,12 @@
 //!              response ◀── CommandResult (revision) ◀── apply ──▶ mvcc ──▶ storage (fjall)
 //! ```
 //!
-//! Dependencies point one way: `rpc → raft → apply → mvcc → storage`. fjall is imported only by
+//! Dependencies point one way: `rpc → raft → apply → auth → mvcc → storage` (the RPC edge also
+//! asks [`auth`] whether a caller may read). fjall is imported only by
 //! [`storage`], openraft only by [`raft`], tonic only by [`rpc`] (and the generated [`pb`]).
 
 pub mod apply;
+pub mod auth;
 pub mod compactor;
 pub mod concurrency;
 pub mod config;

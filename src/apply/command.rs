@@ -14,11 +14,23 @@ pub use crate::pb::concordpb::{Command, CommandBatch, CommandResult, CommandResu
 pub const COMMAND_FORMAT: u32 = 1;
 
 impl Command {
-    /// Wraps an operation for the log.
+    /// Wraps an operation of the member itself (lease expiry, compaction, alarms): applied
+    /// without permission checks.
     pub fn new(op: Op) -> Self {
         Command {
             format: COMMAND_FORMAT,
             op: Some(op),
+            caller: None,
+        }
+    }
+
+    /// Wraps a client's operation; `caller` is who the client authenticated as (`None`: no
+    /// credentials, denied while auth is on). Applying checks its permissions.
+    pub fn from_client(op: Op, caller: Option<crate::auth::Caller>) -> Self {
+        Command {
+            format: COMMAND_FORMAT,
+            op: Some(op),
+            caller: Some(caller.unwrap_or_default()),
         }
     }
 }

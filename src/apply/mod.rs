@@ -1,7 +1,12 @@
 //! The only writer of the state machine: turns one committed [`Command`] into changes of the
 //! MVCC store and a [`CommandResult`]. Deterministic (no clocks, no randomness, no I/O besides
-//! the store), so every member produces the same revisions and the same answers.
+//! the store), so every member produces the same revisions and the same answers. (The one
+//! exception: an applied login registers its token in this member's memory, as in etcd.)
+//!
+//! Client commands are checked against the auth store first ([`access`]); auth commands
+//! change it ([`crate::auth::AuthStore::apply`]).
 
+pub mod access;
 pub mod command;
 pub mod kv;
 pub mod txn;
@@ -10,8 +15,10 @@ pub use command::{Command, CommandBatch, CommandResult, CommandResults, Op, Outc
 
 use prost::Message;
 
+use crate::auth::AuthStore;
 use crate::error::Error;
 use crate::mvcc::WriteTxn;
+use crate::pb::concordpb::AuthResult;
 use crate::pb::etcdserverpb::alarm_request::AlarmAction;
 use crate::pb::etcdserverpb::request_op::Request as RequestOp;
 use crate::pb::etcdserverpb::{
@@ -22,30 +29,73 @@ use crate::storage::meta_key;
 
 /// What kind of request `cmd` is, for logs (never its keys or values).
 pub fn kind(cmd: &Command) -> &'static str {
-    match &cmd.op {
-        Some(Op::Put(_)) => "put",
-        Some(Op::DeleteRange(_)) => "delete_range",
-        Some(Op::Txn(_)) => "txn",
-        Some(Op::Compaction(_)) => "compaction",
-        Some(Op::LeaseGrant(_)) => "lease_grant",
-        Some(Op::LeaseCheckpoint(_)) => "lease_checkpoint",
-        Some(Op::LeaseRevoke(_)) => "lease_revoke",
-        Some(Op::MemberAttributes(_)) => "member_attributes",
-        Some(Op::Alarm(_)) => "alarm",
-        Some(Op::Batch(_)) => "batch",
-        None => "none",
+    cmd.op.as_ref().map_or("none", kind_of)
+}
+
+/// What kind of request `op` is, for logs (never its keys, values or passwords).
+pub fn kind_of(op: &Op) -> &'static str {
+    match op {
+        Op::Put(_) => "put",
+        Op::DeleteRange(_) => "delete_range",
+        Op::Txn(_) => "txn",
+        Op::Compaction(_) => "compaction",
+        Op::LeaseGrant(_) => "lease_grant",
+        Op::LeaseCheckpoint(_) => "lease_checkpoint",
+        Op::LeaseRevoke(_) => "lease_revoke",
+        Op::MemberAttributes(_) => "member_attributes",
+        Op::Alarm(_) => "alarm",
+        Op::Batch(_) => "batch",
+        Op::AuthEnable(_) => "auth_enable",
+        Op::AuthDisable(_) => "auth_disable",
+        Op::Authenticate(_) => "authenticate",
+        Op::UserAdd(_) => "user_add",
+        Op::UserDelete(_) => "user_delete",
+        Op::UserChangePassword(_) => "user_change_password",
+        Op::UserGrantRole(_) => "user_grant_role",
+        Op::UserRevokeRole(_) => "user_revoke_role",
+        Op::RoleAdd(_) => "role_add",
+        Op::RoleDelete(_) => "role_delete",
+        Op::RoleGrantPermission(_) => "role_grant_permission",
+        Op::RoleRevokePermission(_) => "role_revoke_permission",
     }
 }
 
 /// Applies one command inside the apply batch `w` and closes its request (a batch: each of its
 /// commands in order, each closing its own request).
-pub fn apply(w: &mut WriteTxn<'_>, cmd: &Command) -> CommandResult {
+///
+/// `index` is the command's Raft log index (a login's token names it).
+pub fn apply(w: &mut WriteTxn<'_>, auth: &AuthStore, index: u64, cmd: &Command) -> CommandResult {
     if let Some(Op::Batch(batch)) = &cmd.op {
         w.reserve_events(batch.commands.len());
-        let results = batch.commands.iter().map(|c| apply(w, c)).collect();
+        let results = batch
+            .commands
+            .iter()
+            .map(|c| apply(w, auth, index, c))
+            .collect();
         return CommandResult {
             result: Some(Outcome::Batch(CommandResults { results })),
         };
+    }
+    if let Some(op) = &cmd.op {
+        if let Some(result) = auth.apply(w, op, cmd.caller.as_ref(), index) {
+            let outcome = match result {
+                Ok(token) => Outcome::Auth(AuthResult {
+                    token: token.unwrap_or_default(),
+                }),
+                Err(e) => Outcome::Error(e.code()),
+            };
+            return CommandResult {
+                result: Some(outcome),
+            };
+        }
+        if let Some(caller) = &cmd.caller {
+            if let Err(e) = access::check(w, &auth.current(), caller, op) {
+                w.end_request();
+                return CommandResult {
+                    result: Some(Outcome::Error(e.code())),
+                };
+            }
+        }
     }
     let nospace = w.has_alarm(AlarmType::Nospace as i32);
     let corrupt = w.has_alarm(AlarmType::Corrupt as i32);
@@ -98,7 +148,23 @@ pub fn apply(w: &mut WriteTxn<'_>, cmd: &Command) -> CommandResult {
             Ok(Outcome::Done(true))
         }
         Some(Op::Alarm(req)) => Ok(Outcome::Alarm(alarm(w, req))),
-        Some(Op::Batch(_)) | None => Ok(Outcome::Error(Error::Storage.code())),
+        // Applied by the auth store above.
+        Some(
+            Op::AuthEnable(_)
+            | Op::AuthDisable(_)
+            | Op::Authenticate(_)
+            | Op::UserAdd(_)
+            | Op::UserDelete(_)
+            | Op::UserChangePassword(_)
+            | Op::UserGrantRole(_)
+            | Op::UserRevokeRole(_)
+            | Op::RoleAdd(_)
+            | Op::RoleDelete(_)
+            | Op::RoleGrantPermission(_)
+            | Op::RoleRevokePermission(_),
+        )
+        | Some(Op::Batch(_))
+        | None => Ok(Outcome::Error(Error::Storage.code())),
     };
     let revision = w.end_request();
     let outcome = match outcome {
@@ -157,10 +223,13 @@ fn set_revision(o: &mut Outcome, revision: i64) {
         Outcome::LeaseRevoke(r) => &mut r.header,
         Outcome::LeaseCheckpoint(r) => &mut r.header,
         Outcome::Alarm(r) => &mut r.header,
-        Outcome::Error(_) | Outcome::Batch(_) | Outcome::Done(_) => return,
+        Outcome::Error(_) | Outcome::Batch(_) | Outcome::Done(_) | Outcome::Auth(_) => return,
     };
     header.get_or_insert_with(Default::default).revision = revision;
 }
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod auth_tests;

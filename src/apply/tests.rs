@@ -14,23 +14,34 @@ use crate::storage::Storage;
 
 type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
-struct Fixture {
+pub(super) struct Fixture {
     _dir: tempfile::TempDir,
     store: MvccStore,
+    pub(super) auth: AuthStore,
 }
 
 impl Fixture {
-    fn new() -> std::result::Result<Self, Box<dyn std::error::Error>> {
+    pub(super) fn new() -> std::result::Result<Self, Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
-        let store = MvccStore::open(Storage::open(dir.path())?)?;
-        Ok(Fixture { _dir: dir, store })
+        let storage = Storage::open(dir.path())?;
+        let store = MvccStore::open(storage.clone())?;
+        let auth = AuthStore::open(&storage, Default::default())?;
+        Ok(Fixture {
+            _dir: dir,
+            store,
+            auth,
+        })
     }
 
-    fn apply(&self, op: Op) -> Outcome {
+    pub(super) fn apply(&self, op: Op) -> Outcome {
+        self.apply_cmd(&Command::new(op))
+    }
+
+    pub(super) fn apply_cmd(&self, cmd: &Command) -> Outcome {
         let Ok(mut w) = self.store.write() else {
             return Outcome::Error(0);
         };
-        let r = super::apply(&mut w, &Command::new(op));
+        let r = super::apply(&mut w, &self.auth, 1, cmd);
         if w.commit().is_err() {
             return Outcome::Error(0);
         }
@@ -174,10 +185,12 @@ fn compaction_rejects_old_reads_and_keeps_newer_ones() -> TestResult {
 fn history_and_index_survive_reopen() -> TestResult {
     let dir = tempfile::tempdir()?;
     {
-        let store = MvccStore::open(Storage::open(dir.path())?)?;
+        let storage = Storage::open(dir.path())?;
+        let store = MvccStore::open(storage.clone())?;
+        let auth = AuthStore::open(&storage, Default::default())?;
         let mut w = store.write()?;
-        super::apply(&mut w, &Command::new(Op::Put(put_req("a", "1"))));
-        super::apply(&mut w, &Command::new(Op::Put(put_req("a", "2"))));
+        super::apply(&mut w, &auth, 1, &Command::new(Op::Put(put_req("a", "1"))));
+        super::apply(&mut w, &auth, 2, &Command::new(Op::Put(put_req("a", "2"))));
         w.commit()?;
     }
     let store = MvccStore::open(Storage::open(dir.path())?)?;

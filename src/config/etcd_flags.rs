@@ -59,7 +59,6 @@ const PROXY: &str = "the v2 proxy is not part of Concord (etcd 3.5 deprecated it
 const BOLT: &str = "Concord's storage is fjall, not bbolt: this bbolt setting does not apply";
 const TRACE: &str = "Concord emits tracing spans in its logs; OpenTelemetry export is not built in";
 const DISCOVERY: &str = "discovery is not supported: bootstrap with --initial-cluster";
-const AUTH: &str = "authentication is not implemented yet (Concord issue 18)";
 
 /// etcd 3.5's flags, and Concord's extensions, sorted as etcd's help lists them.
 pub const FLAGS: &[Flag] = &[
@@ -192,9 +191,16 @@ pub const FLAGS: &[Flag] = &[
         NoEffect("the JSON gateway does not check the Host header"),
     ),
     // auth
-    f("auth-token", Text, NoEffect(AUTH)),
-    f("bcrypt-cost", Uint, NoEffect(AUTH)),
-    f("auth-token-ttl", Uint, NoEffect(AUTH)),
+    f(
+        "auth-token",
+        Text,
+        DefaultOnly(
+            "simple",
+            "JWT tokens are not implemented yet (Concord issue 18)",
+        ),
+    ),
+    f("bcrypt-cost", Uint, Implemented),
+    f("auth-token-ttl", Uint, Implemented),
     // profiling and monitoring
     f(
         "enable-pprof",

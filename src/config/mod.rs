@@ -200,6 +200,12 @@ pub struct Config {
         value_parser = parse_duration
     )]
     pub warning_apply_duration: Duration,
+    /// Seconds a simple token lives after its last use.
+    #[arg(long, default_value_t = 300)]
+    pub auth_token_ttl: u64,
+    /// bcrypt's cost for password hashes (4 to 31; others fall back to 10, as in etcd).
+    #[arg(long, default_value_t = 10)]
+    pub bcrypt_cost: u32,
     /// Reject membership changes that would leave fewer started (or reachable) voters than a
     /// quorum.
     #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]

@@ -624,6 +624,20 @@ impl WriteTxn<'_> {
             .insert((Space::Meta, key.to_vec()), Some(value.to_vec()));
     }
 
+    /// Adds a metadata delete to the batch.
+    pub fn remove_meta(&mut self, key: &[u8]) {
+        self.staged.insert((Space::Meta, key.to_vec()), None);
+    }
+
+    /// The keys attached to lease `id` (none if it does not exist).
+    pub fn lease_keys(&self, id: i64) -> Vec<Vec<u8>> {
+        self.state
+            .leases
+            .get(id)
+            .map(|l| l.keys.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Raises (`on`) or clears an alarm; true if that changed anything.
     pub fn set_alarm(&mut self, member: u64, alarm: i32, on: bool) -> bool {
         let changed = if on {

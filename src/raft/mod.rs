@@ -84,6 +84,8 @@ pub struct RaftOptions {
     /// `--initial-election-tick-advance`: the first election timeout after a restart on the
     /// member's own data is fast-forwarded to about a heartbeat.
     pub initial_election_tick_advance: bool,
+    /// `--auth-token-ttl` and `--bcrypt-cost`.
+    pub auth: crate::auth::AuthOptions,
 }
 
 /// One member's Raft state, shared by every RPC.
@@ -94,6 +96,7 @@ pub struct RaftNode {
     pub cluster_id: u64,
     raft: Raft,
     mvcc: Arc<MvccStore>,
+    auth: Arc<crate::auth::AuthStore>,
     hub: Arc<WatchHub>,
     options: RaftOptions,
     reads: read::ReadBatcher,
@@ -135,10 +138,15 @@ impl RaftNode {
         crate::watch::sync::spawn(hub.clone(), mvcc.clone(), options.progress_interval);
         let removed = Arc::new(tokio::sync::watch::Sender::new(false));
         let links = Arc::new(network::Links::new(cluster_id, removed.clone()));
+        let auth = Arc::new(
+            crate::auth::AuthStore::open(&storage, options.auth)
+                .map_err(|e| StorageError(e.to_string()))?,
+        );
         let sm = StateMachine::open(
             id,
             storage.clone(),
             mvcc.clone(),
+            auth.clone(),
             hub.clone(),
             data_dir,
             removed.clone(),
@@ -202,6 +210,7 @@ impl RaftNode {
             cluster_id,
             raft,
             mvcc,
+            auth,
             hub,
             options,
             reads,
@@ -269,6 +278,11 @@ impl RaftNode {
     /// The MVCC store of this member.
     pub fn mvcc(&self) -> &MvccStore {
         &self.mvcc
+    }
+
+    /// The auth store of this member.
+    pub fn auth(&self) -> &Arc<crate::auth::AuthStore> {
+        &self.auth
     }
 
     /// The watch hub fed by this member's apply path.

@@ -50,6 +50,7 @@ pub struct StateMachine {
     removed: Arc<tokio::sync::watch::Sender<bool>>,
     storage: Storage,
     mvcc: Arc<MvccStore>,
+    auth: Arc<crate::auth::AuthStore>,
     hub: Arc<WatchHub>,
     snapshot_path: PathBuf,
     applied: Option<LogId<u64>>,
@@ -82,6 +83,7 @@ impl StateMachine {
         id: u64,
         storage: Storage,
         mvcc: Arc<MvccStore>,
+        auth: Arc<crate::auth::AuthStore>,
         hub: Arc<WatchHub>,
         data_dir: &std::path::Path,
         removed: Arc<tokio::sync::watch::Sender<bool>>,
@@ -107,6 +109,7 @@ impl StateMachine {
             removed,
             storage,
             mvcc,
+            auth,
             hub,
             snapshot_path: snapshot_path(data_dir),
             applied,
@@ -180,7 +183,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 EntryPayload::Blank => CommandResult::default(),
                 EntryPayload::Normal(cmd) => {
                     let started = std::time::Instant::now();
-                    let result = apply::apply(&mut w, cmd);
+                    let result = apply::apply(&mut w, &self.auth, entry.log_id.index, cmd);
                     let took = started.elapsed();
                     if took > self.slow_apply {
                         crate::metrics::SLOW_APPLY
@@ -319,6 +322,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         batch.commit().map_err(snap_err)?;
         self.storage.persist_state().map_err(snap_err)?;
         self.mvcc.reload().map_err(snap_err)?;
+        self.auth.reload(&self.storage).map_err(snap_err)?;
         self.hub.resync_all(self.mvcc.current_revision());
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();

@@ -84,6 +84,55 @@ pub fn code_and_message(e: Error) -> (Code, &'static str) {
             Code::FailedPrecondition,
             "etcdserver: re-configuration failed due to not enough started members",
         ),
+        Error::RootUserNotExist => (
+            Code::FailedPrecondition,
+            "etcdserver: root user does not exist",
+        ),
+        Error::RootRoleNotExist => (
+            Code::FailedPrecondition,
+            "etcdserver: root user does not have root role",
+        ),
+        Error::UserAlreadyExist => (
+            Code::FailedPrecondition,
+            "etcdserver: user name already exists",
+        ),
+        Error::UserEmpty => (Code::InvalidArgument, "etcdserver: user name is empty"),
+        Error::UserNotFound => (Code::FailedPrecondition, "etcdserver: user name not found"),
+        Error::RoleAlreadyExist => (
+            Code::FailedPrecondition,
+            "etcdserver: role name already exists",
+        ),
+        Error::RoleNotFound => (Code::FailedPrecondition, "etcdserver: role name not found"),
+        Error::RoleEmpty => (Code::InvalidArgument, "etcdserver: role name is empty"),
+        Error::PermissionNotGiven => (Code::InvalidArgument, "etcdserver: permission not given"),
+        Error::AuthFailed => (
+            Code::InvalidArgument,
+            "etcdserver: authentication failed, invalid user ID or password",
+        ),
+        Error::PermissionDenied => (Code::PermissionDenied, "etcdserver: permission denied"),
+        Error::RoleNotGranted => (
+            Code::FailedPrecondition,
+            "etcdserver: role is not granted to the user",
+        ),
+        Error::PermissionNotGranted => (
+            Code::FailedPrecondition,
+            "etcdserver: permission is not granted to the role",
+        ),
+        Error::AuthNotEnabled => (
+            Code::FailedPrecondition,
+            "etcdserver: authentication is not enabled",
+        ),
+        Error::InvalidAuthToken => (Code::Unauthenticated, "etcdserver: invalid auth token"),
+        Error::InvalidAuthMgmt => (Code::InvalidArgument, "etcdserver: invalid auth management"),
+        Error::AuthOldRevision => (
+            Code::InvalidArgument,
+            "etcdserver: revision of auth store is old",
+        ),
+        // Not in etcd's gRPC error table: clients get the auth store's own text, code Unknown.
+        Error::NoPasswordUser => (
+            Code::Unknown,
+            "auth: authentication failed, password was given for no password user",
+        ),
         // Not in etcd's gRPC error table: it reaches clients as Unknown with its text.
         Error::LeaderTransferTimeout => (
             Code::Unknown,
@@ -110,7 +159,10 @@ mod tests {
                 msg.starts_with("etcdserver: ")
                     || matches!(
                         e,
-                        Error::SessionExpired | Error::ElectionNotLeader | Error::ElectionNoLeader
+                        Error::SessionExpired
+                            | Error::ElectionNotLeader
+                            | Error::ElectionNoLeader
+                            | Error::NoPasswordUser
                     ),
                 "{e:?}"
             );

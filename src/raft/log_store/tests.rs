@@ -23,7 +23,10 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Fja
         let mvcc = Arc::new(MvccStore::open(storage.clone()).map_err(|e| err(&e))?);
         let hub = crate::watch::WatchHub::new(mvcc.current_revision());
         let removed = std::sync::Arc::new(tokio::sync::watch::Sender::new(false));
-        let sm = StateMachine::open(1, storage.clone(), mvcc, hub, dir.path(), removed)?;
+        let auth = Arc::new(
+            crate::auth::AuthStore::open(&storage, Default::default()).map_err(|e| err(&e))?,
+        );
+        let sm = StateMachine::open(1, storage.clone(), mvcc, auth, hub, dir.path(), removed)?;
         Ok((dir, LogStore::new(storage), sm))
     }
 }

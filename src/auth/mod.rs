@@ -1,0 +1,324 @@
+//! Authentication and role-based access control, as etcd 3.5 has them.
+//!
+//! - [`state`]: users, roles, the enabled flag and the auth revision; every change as etcd
+//!   makes it. Written only by the apply path ([`AuthStore::apply`]), so every member holds the
+//!   same auth store at the same log position; carried by snapshots (replicated metadata).
+//! - [`perm`]: a user's permissions merged into sorted key intervals (cached per auth state).
+//! - [`needs`]: which key ranges each KV request reads or writes.
+//! - [`token`]: simple tokens; [`password`]: bcrypt off the async runtime.
+//!
+//! The RPC edge turns a request's token into a [`Caller`] ([`AuthStore::caller`]) and checks
+//! reads, watches and admin-only RPCs at once; writes carry the caller through Raft and are
+//! checked when applied, against the auth store at that point of the log (a role revoked just
+//! before a write's entry denies it), with etcd's `revision of auth store is old` when the
+//! store changed since the caller's token was checked.
+
+pub mod needs;
+pub mod password;
+pub mod perm;
+pub mod state;
+pub mod token;
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+pub use crate::pb::concordpb::Caller;
+pub use needs::{Access, Need};
+pub use state::{AuthState, ROOT};
+
+use crate::error::{Error, Result};
+use crate::mvcc::WriteTxn;
+use crate::pb::concordpb::command::Op;
+use crate::storage::{Space, Storage, StorageResult};
+
+/// `--auth-token-ttl` and `--bcrypt-cost`.
+#[derive(Debug, Clone, Copy)]
+pub struct AuthOptions {
+    /// How long a simple token lives after its last use.
+    pub token_ttl: Duration,
+    /// bcrypt's cost for new password hashes.
+    pub bcrypt_cost: u32,
+}
+
+impl Default for AuthOptions {
+    fn default() -> Self {
+        AuthOptions {
+            token_ttl: token::DEFAULT_TTL,
+            bcrypt_cost: password::DEFAULT_COST,
+        }
+    }
+}
+
+/// The auth store of one member: the replicated state and this member's live tokens.
+#[derive(Debug)]
+pub struct AuthStore {
+    state: RwLock<Arc<AuthState>>,
+    tokens: token::SimpleTokens,
+    options: AuthOptions,
+}
+
+fn load(storage: &Storage) -> StorageResult<AuthState> {
+    let records = storage.scan_prefix(Space::Meta, b"m/auth/")?;
+    AuthState::load(records.iter().map(|(k, v)| (k.as_slice(), v.as_slice())))
+        .map_err(|e| crate::storage::StorageError(format!("auth store: {e}")))
+}
+
+impl AuthStore {
+    /// Loads the auth store from `storage`.
+    ///
+    /// # Errors
+    /// On a read failure or a record that does not decode.
+    pub fn open(storage: &Storage, options: AuthOptions) -> StorageResult<Self> {
+        let mut options = options;
+        if !password::COST_RANGE.contains(&options.bcrypt_cost) {
+            tracing::warn!(
+                given = options.bcrypt_cost,
+                "use default bcrypt cost instead of the invalid given cost"
+            );
+            options.bcrypt_cost = password::DEFAULT_COST;
+        }
+        Ok(AuthStore {
+            state: RwLock::new(Arc::new(load(storage)?)),
+            tokens: token::SimpleTokens::new(options.token_ttl),
+            options,
+        })
+    }
+
+    /// Reloads the state after a snapshot replaced the metadata (tokens of users that are gone
+    /// stop working at their next use).
+    ///
+    /// # Errors
+    /// As [`AuthStore::open`].
+    pub fn reload(&self, storage: &Storage) -> StorageResult<()> {
+        let fresh = Arc::new(load(storage)?);
+        if !fresh.enabled {
+            self.tokens.clear();
+        }
+        self.publish(fresh);
+        Ok(())
+    }
+
+    fn publish(&self, s: Arc<AuthState>) {
+        match self.state.write() {
+            Ok(mut g) => *g = s,
+            Err(poisoned) => *poisoned.into_inner() = s,
+        }
+    }
+
+    /// The auth store as of the last applied entry.
+    pub fn current(&self) -> Arc<AuthState> {
+        match self.state.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Whether auth is on.
+    pub fn enabled(&self) -> bool {
+        self.current().enabled
+    }
+
+    /// bcrypt's cost for new hashes.
+    pub fn bcrypt_cost(&self) -> u32 {
+        self.options.bcrypt_cost
+    }
+
+    /// The caller a request's token names. `Ok(None)`: auth is off, or no token was given (a
+    /// check then fails with `user name is empty`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidAuthToken`] for a token this member does not know (never issued, expired,
+    /// or its user deleted or re-passworded).
+    pub fn caller(&self, token: Option<&str>) -> Result<Option<Caller>> {
+        let s = self.current();
+        if !s.enabled {
+            return Ok(None);
+        }
+        let Some(token) = token else {
+            return Ok(None);
+        };
+        let user = self.tokens.user(token).ok_or(Error::InvalidAuthToken)?;
+        Ok(Some(Caller {
+            user,
+            auth_revision: s.revision,
+        }))
+    }
+
+    /// The Raft index a simple token was issued at (what a member must have applied to know
+    /// it), if the token has etcd's shape.
+    pub fn token_index(token: &str) -> Option<u64> {
+        let (_, index) = token.split_once('.')?;
+        index.parse().ok()
+    }
+
+    /// Checks the password of `name` (bcrypt, off the runtime); returns the auth revision the
+    /// check saw.
+    ///
+    /// # Errors
+    /// [`Error::AuthNotEnabled`], [`Error::AuthFailed`], [`Error::NoPasswordUser`].
+    pub async fn check_password(&self, name: &str, password: &str) -> Result<u64> {
+        let s = self.current();
+        if !s.enabled {
+            return Err(Error::AuthNotEnabled);
+        }
+        let user = s.user(name).ok_or(Error::AuthFailed)?;
+        if user.options.is_some_and(|o| o.no_password) {
+            return Err(Error::NoPasswordUser);
+        }
+        let hash = String::from_utf8_lossy(&user.password).into_owned();
+        if password::verify(password.to_string(), hash).await {
+            Ok(s.revision)
+        } else {
+            tracing::info!(user_name = name, "invalid password");
+            Err(Error::AuthFailed)
+        }
+    }
+}
+
+/// etcd's `IsAdminPermitted`: nothing to check while auth is off; otherwise a caller with the
+/// `root` role (its token's revision does not matter here).
+///
+/// # Errors
+/// [`Error::UserEmpty`], [`Error::UserNotFound`], [`Error::PermissionDenied`].
+pub fn check_admin(s: &AuthState, caller: Option<&Caller>) -> Result<()> {
+    if !s.enabled {
+        return Ok(());
+    }
+    let caller = caller
+        .filter(|c| !c.user.is_empty())
+        .ok_or(Error::UserEmpty)?;
+    if s.user(&caller.user).is_none() {
+        return Err(Error::UserNotFound);
+    }
+    if !s.is_root(&caller.user) {
+        return Err(Error::PermissionDenied);
+    }
+    Ok(())
+}
+
+/// etcd's `isOpPermitted` for every need: nothing while auth is off; otherwise a caller whose
+/// credentials are as new as the auth store, with the permissions (root has all).
+///
+/// # Errors
+/// [`Error::UserEmpty`], [`Error::AuthOldRevision`], [`Error::PermissionDenied`].
+pub fn check(s: &AuthState, caller: Option<&Caller>, needs: &[Need]) -> Result<()> {
+    if !s.enabled {
+        return Ok(());
+    }
+    let caller = caller
+        .filter(|c| c.auth_revision != 0)
+        .ok_or(Error::UserEmpty)?;
+    if caller.auth_revision < s.revision {
+        tracing::warn!(
+            user_name = caller.user,
+            request_revision = caller.auth_revision,
+            revision = s.revision,
+            "request auth revision is less than current node auth revision"
+        );
+        return Err(Error::AuthOldRevision);
+    }
+    let perms = s.perms(&caller.user).ok_or(Error::PermissionDenied)?;
+    let allowed = needs.iter().all(|n| match n.access {
+        Access::Read => perms.can_read(&n.key, &n.range_end),
+        Access::Write => perms.can_write(&n.key, &n.range_end),
+    });
+    if allowed {
+        Ok(())
+    } else {
+        Err(Error::PermissionDenied)
+    }
+}
+
+/// What an applied auth command answers besides success: a login's token.
+pub type Applied = Option<String>;
+
+impl AuthStore {
+    /// Applies one auth command at log `index` inside the apply batch `w`: checks the caller
+    /// (admin for every change), changes the state, stages its records and publishes it.
+    /// Not an auth command: `None`.
+    pub fn apply(
+        &self,
+        w: &mut WriteTxn<'_>,
+        op: &Op,
+        caller: Option<&Caller>,
+        index: u64,
+    ) -> Option<Result<Applied>> {
+        let s = self.current();
+        let mut writes = Vec::new();
+        let admin = || check_admin(&s, caller);
+        let next: Result<Option<AuthState>> = match op {
+            // Enabling twice is a no-op even for a non-root caller... only while enabled does
+            // etcd ask for root, as it does here.
+            Op::AuthEnable(_) => admin().and_then(|()| s.enable(&mut writes)),
+            Op::AuthDisable(_) => admin().map(|()| s.disable(&mut writes)),
+            Op::Authenticate(a) => {
+                return Some(self.authenticate(&s, &a.name, &a.simple_token, index));
+            }
+            Op::UserAdd(r) => admin().and_then(|()| s.user_add(r, &mut writes).map(Some)),
+            Op::UserDelete(r) => {
+                admin().and_then(|()| s.user_delete(&r.name, &mut writes).map(Some))
+            }
+            Op::UserChangePassword(r) => admin().and_then(|()| {
+                s.user_change_password(&r.name, &r.hashed_password, &mut writes)
+                    .map(Some)
+            }),
+            Op::UserGrantRole(r) => {
+                admin().and_then(|()| s.user_grant_role(&r.user, &r.role, &mut writes))
+            }
+            Op::UserRevokeRole(r) => {
+                admin().and_then(|()| s.user_revoke_role(&r.name, &r.role, &mut writes).map(Some))
+            }
+            Op::RoleAdd(r) => admin().and_then(|()| s.role_add(&r.name, &mut writes).map(Some)),
+            Op::RoleDelete(r) => {
+                admin().and_then(|()| s.role_delete(&r.role, &mut writes).map(Some))
+            }
+            Op::RoleGrantPermission(r) => {
+                admin().and_then(|()| s.role_grant_permission(r, &mut writes).map(Some))
+            }
+            Op::RoleRevokePermission(r) => {
+                admin().and_then(|()| s.role_revoke_permission(r, &mut writes).map(Some))
+            }
+            _ => return None,
+        };
+        let next = match next {
+            Ok(n) => n,
+            Err(e) => return Some(Err(e)),
+        };
+        for (k, v) in writes {
+            match v {
+                Some(v) => w.set_meta(&k, &v),
+                None => w.remove_meta(&k),
+            }
+        }
+        if let Some(next) = next {
+            match op {
+                Op::AuthDisable(_) => self.tokens.clear(),
+                Op::UserDelete(r) => self.tokens.invalidate_user(&r.name),
+                Op::UserChangePassword(r) => self.tokens.invalidate_user(&r.name),
+                _ => {}
+            }
+            tracing::info!(
+                change = crate::apply::kind_of(op),
+                auth_revision = next.revision,
+                enabled = next.enabled,
+                "auth store changed"
+            );
+            self.publish(Arc::new(next));
+        }
+        Some(Ok(None))
+    }
+
+    /// A login checked by the proposing member: the token becomes valid on this member.
+    fn authenticate(&self, s: &AuthState, name: &str, prefix: &str, index: u64) -> Result<Applied> {
+        if !s.enabled {
+            return Err(Error::AuthNotEnabled);
+        }
+        let user = s.user(name).ok_or(Error::AuthFailed)?;
+        if user.options.is_some_and(|o| o.no_password) {
+            return Err(Error::AuthFailed);
+        }
+        let token = format!("{prefix}.{index}");
+        self.tokens.assign(&token, name);
+        Ok(Some(token))
+    }
+}
