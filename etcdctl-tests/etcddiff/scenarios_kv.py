@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .dsl import S, TXN, Step, scenario, txn_input
+from .scenarios_auth import build_auth_scenarios
 from .scenarios_coord import (build_elect_scenarios, build_lease_scenarios, build_lock_scenarios,
                               build_watch_scenarios)
 
@@ -530,3 +531,4 @@ def build_scenarios() -> None:
     build_lease_scenarios()
     build_lock_scenarios()
     build_elect_scenarios()
+    build_auth_scenarios()

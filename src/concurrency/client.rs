@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use crate::apply::{txn, Command, Op, Outcome};
+use crate::auth::{needs, Caller, Need};
 use crate::error::{Error, Result};
 use crate::mvcc::{self, KeyRange};
 use crate::pb::etcdserverpb::{
@@ -20,12 +21,42 @@ use crate::watch::{StreamMsg, WatchSpec};
 #[derive(Clone)]
 pub struct LocalClient {
     node: Arc<RaftNode>,
+    /// Whose requests these are: `None` for the member's own, `Some(caller)` for a client's
+    /// (checked as that client's own requests are; `Some(None)` has no credentials).
+    acting_for: Option<Option<Caller>>,
 }
 
 impl LocalClient {
-    /// A client of `node`.
+    /// A client of `node` acting for the member itself (no permission checks).
     pub fn new(node: Arc<RaftNode>) -> Self {
-        LocalClient { node }
+        LocalClient {
+            node,
+            acting_for: None,
+        }
+    }
+
+    /// The same client acting for `caller` (a Lock or Election request's sender): its reads
+    /// are checked here and its writes when applied, as if it had sent them itself (etcd's
+    /// lock and election services call the KV API with the caller's credentials).
+    pub fn for_caller(&self, caller: Option<Caller>) -> Self {
+        LocalClient {
+            node: self.node.clone(),
+            acting_for: Some(caller),
+        }
+    }
+
+    fn check(&self, needs: &[Need]) -> Result<()> {
+        match &self.acting_for {
+            Some(caller) => crate::auth::check(&self.node.auth().current(), caller.as_ref(), needs),
+            None => Ok(()),
+        }
+    }
+
+    fn command(&self, op: Op) -> Command {
+        match &self.acting_for {
+            Some(caller) => Command::from_client(op, caller.clone()),
+            None => Command::new(op),
+        }
     }
 
     /// A linearizable range.
@@ -33,6 +64,7 @@ impl LocalClient {
     /// # Errors
     /// Those of the read index and of the range.
     pub async fn range(&self, req: RangeRequest) -> Result<RangeResponse> {
+        self.check(&needs::range(&req))?;
         self.node.read_index().await?;
         let read = self.node.mvcc().read()?;
         mvcc::range(&read, &req)
@@ -46,6 +78,9 @@ impl LocalClient {
         &self,
         reqs: [&RangeRequest; N],
     ) -> Result<[RangeResponse; N]> {
+        for req in reqs {
+            self.check(&needs::range(req))?;
+        }
         self.node.read_index().await?;
         let read = self.node.mvcc().read()?;
         let mut out: [RangeResponse; N] = std::array::from_fn(|_| RangeResponse::default());
@@ -61,11 +96,12 @@ impl LocalClient {
     /// Those of the txn.
     pub async fn txn(&self, req: TxnRequest) -> Result<TxnResponse> {
         if txn::is_read_only(&req) {
+            self.check(&needs::txn(&req))?;
             self.node.read_index().await?;
             let mut read = self.node.mvcc().read()?;
             return txn::execute(&mut read, &req);
         }
-        match self.node.propose(Command::new(Op::Txn(req))).await? {
+        match self.node.propose(self.command(Op::Txn(req))).await? {
             Outcome::Txn(r) => Ok(r),
             _ => Err(Error::Storage),
         }
@@ -82,7 +118,7 @@ impl LocalClient {
         };
         match self
             .node
-            .propose(Command::new(Op::DeleteRange(req)))
+            .propose(self.command(Op::DeleteRange(req)))
             .await?
         {
             Outcome::DeleteRange(r) => Ok(r),
@@ -90,7 +126,8 @@ impl LocalClient {
         }
     }
 
-    /// Watches `range` from revision `start` on the local hub.
+    /// Watches `range` from revision `start` on the local hub (not checked: the lock and
+    /// election paths watch only what they read, checked, just before).
     pub fn watch(&self, range: KeyRange, start: i64) -> LocalWatch {
         let hub = self.node.hub().clone();
         let stream = hub.new_stream();

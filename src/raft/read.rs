@@ -120,6 +120,14 @@ impl RaftNode {
     /// [`Error::NoLeader`], [`Error::LeaderChanged`], [`Error::Timeout`] or [`Error::Stopped`].
     pub async fn read_index(&self) -> Result<()> {
         let index = self.reads.read_index().await?;
+        self.wait_applied(index).await
+    }
+
+    /// Waits (up to the request timeout) until this member has applied log `index`.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] or [`Error::Stopped`].
+    pub async fn wait_applied(&self, index: u64) -> Result<()> {
         if self.applied_index() >= index {
             return Ok(());
         }

@@ -66,6 +66,7 @@ impl Cluster for ClusterService {
         &self,
         req: Request<MemberAddRequest>,
     ) -> Result<Response<MemberAddResponse>, Status> {
+        self.ctx.require_admin(&req).await?;
         let (member, members) = self.change(Change::Add(req.into_inner())).await?;
         Ok(Response::new(MemberAddResponse {
             header: self.header(),
@@ -78,6 +79,7 @@ impl Cluster for ClusterService {
         &self,
         req: Request<MemberRemoveRequest>,
     ) -> Result<Response<MemberRemoveResponse>, Status> {
+        self.ctx.require_admin(&req).await?;
         let (_, members) = self.change(Change::Remove(req.into_inner())).await?;
         Ok(Response::new(MemberRemoveResponse {
             header: self.header(),
@@ -89,6 +91,7 @@ impl Cluster for ClusterService {
         &self,
         req: Request<MemberUpdateRequest>,
     ) -> Result<Response<MemberUpdateResponse>, Status> {
+        self.ctx.require_admin(&req).await?;
         let (_, members) = self.change(Change::Update(req.into_inner())).await?;
         Ok(Response::new(MemberUpdateResponse {
             header: self.header(),
@@ -100,6 +103,9 @@ impl Cluster for ClusterService {
         &self,
         req: Request<MemberListRequest>,
     ) -> Result<Response<MemberListResponse>, Status> {
+        // etcd 3.5.28 and on: an authenticated user.
+        let caller = self.ctx.caller(&req).await?;
+        self.ctx.check(caller.as_ref(), &[])?;
         if req.get_ref().linearizable {
             self.ctx.node.read_index().await.map_err(status::status)?;
         }
@@ -113,6 +119,7 @@ impl Cluster for ClusterService {
         &self,
         req: Request<MemberPromoteRequest>,
     ) -> Result<Response<MemberPromoteResponse>, Status> {
+        self.ctx.require_admin(&req).await?;
         let (_, members) = self.change(Change::Promote(req.into_inner())).await?;
         Ok(Response::new(MemberPromoteResponse {
             header: self.header(),

@@ -53,8 +53,9 @@ impl Election for ElectionService {
         req: Request<CampaignRequest>,
     ) -> Result<Response<CampaignResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
+        let client = self.client.for_caller(self.ctx.caller(&req).await?);
         let r = req.into_inner();
-        let (header, leader) = election::campaign(&self.client, &r.name, r.lease, &r.value)
+        let (header, leader) = election::campaign(&client, &r.name, r.lease, &r.value)
             .await
             .map_err(status)?;
         Ok(Response::new(CampaignResponse {
@@ -68,9 +69,10 @@ impl Election for ElectionService {
         req: Request<ProclaimRequest>,
     ) -> Result<Response<ProclaimResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
+        let client = self.client.for_caller(self.ctx.caller(&req).await?);
         let r = req.into_inner();
         let leader = leader_key(r.leader)?;
-        let header = election::proclaim(&self.client, &leader, &r.value)
+        let header = election::proclaim(&client, &leader, &r.value)
             .await
             .map_err(status)?;
         Ok(Response::new(ProclaimResponse {
@@ -83,7 +85,8 @@ impl Election for ElectionService {
         req: Request<LeaderRequest>,
     ) -> Result<Response<LeaderResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
-        let mut resp = election::leader(&self.client, &req.into_inner().name)
+        let client = self.client.for_caller(self.ctx.caller(&req).await?);
+        let mut resp = election::leader(&client, &req.into_inner().name)
             .await
             .map_err(status)?;
         resp.header = self.header(resp.header.unwrap_or_default());
@@ -92,8 +95,9 @@ impl Election for ElectionService {
 
     async fn observe(&self, req: Request<LeaderRequest>) -> Result<Response<ObserveOut>, Status> {
         require_leader(&self.ctx.node, &req)?;
+        let client = self.client.for_caller(self.ctx.caller(&req).await?);
         let node = self.ctx.node.clone();
-        let rx = election::observe(self.client.clone(), req.into_inner().name);
+        let rx = election::observe(client, req.into_inner().name);
         let stream = ReceiverStream::new(rx).map(move |r| {
             r.map(|mut resp| {
                 fill_header(&node, &mut resp.header);
@@ -109,10 +113,9 @@ impl Election for ElectionService {
         req: Request<ResignRequest>,
     ) -> Result<Response<ResignResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
+        let client = self.client.for_caller(self.ctx.caller(&req).await?);
         let leader = leader_key(req.into_inner().leader)?;
-        let header = election::resign(&self.client, &leader)
-            .await
-            .map_err(status)?;
+        let header = election::resign(&client, &leader).await.map_err(status)?;
         Ok(Response::new(ResignResponse {
             header: self.header(header),
         }))

@@ -18,6 +18,7 @@ use http_body_util::{Full, StreamBody};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::body::Body;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
@@ -61,9 +62,18 @@ impl Gateway {
         path.starts_with("/v3/")
     }
 
-    /// Answers one gateway request.
-    pub async fn handle(&self, path: &str, body: Bytes) -> Response<Body> {
-        let ch = self.channel.clone();
+    /// Answers one gateway request; `token` is its `Authorization` header, passed on to the
+    /// gRPC call as etcd's gateway does.
+    pub async fn handle(
+        &self,
+        path: &str,
+        body: Bytes,
+        token: Option<http::HeaderValue>,
+    ) -> Response<Body> {
+        let ch = InterceptedService::new(self.channel.clone(), WithToken(token));
+        if let Some(resp) = super::gateway_auth::route(ch.clone(), path, &body).await {
+            return resp;
+        }
         match path {
             "/v3/kv/range" => {
                 unary(&body, |r| async move {
@@ -284,6 +294,25 @@ impl Gateway {
     }
 }
 
+/// Adds the HTTP request's `Authorization` header to each gRPC call as `authorization`
+/// metadata (where the services look for a token after clientv3's `token`).
+#[derive(Clone)]
+pub(super) struct WithToken(Option<http::HeaderValue>);
+
+impl tonic::service::Interceptor for WithToken {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        if let Some(v) = self.0.as_ref().and_then(|v| v.to_str().ok()) {
+            if let Ok(v) = v.parse() {
+                req.metadata_mut().insert("authorization", v);
+            }
+        }
+        Ok(req)
+    }
+}
+
+/// The channel gateway calls go through.
+pub(super) type GatewayChannel = InterceptedService<Channel, WithToken>;
+
 /// One JSON request; an empty body is the empty request.
 fn decode<T: DeserializeOwned + Default>(body: &[u8]) -> Result<T, Status> {
     if body.iter().all(u8::is_ascii_whitespace) {
@@ -305,7 +334,7 @@ fn endless<T: Send + 'static>(requests: Vec<T>) -> impl Stream<Item = T> + Send 
     tokio_stream::iter(requests).chain(futures::stream::pending())
 }
 
-async fn unary<Req, Resp, F, Fut>(body: &[u8], call: F) -> Response<Body>
+pub(super) async fn unary<Req, Resp, F, Fut>(body: &[u8], call: F) -> Response<Body>
 where
     Req: DeserializeOwned + Default,
     Resp: Serialize,

@@ -150,11 +150,12 @@ where
                 return Box::pin(async move {
                     use http_body_util::BodyExt;
                     let path = req.uri().path().to_string();
+                    let token = req.headers().get(http::header::AUTHORIZATION).cloned();
                     let body = match req.into_body().collect().await {
                         Ok(b) => b.to_bytes(),
                         Err(_) => Bytes::new(),
                     };
-                    Ok(gateway.handle(&path, body).await)
+                    Ok(gateway.handle(&path, body, token).await)
                 });
             }
         }

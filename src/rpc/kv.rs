@@ -7,6 +7,7 @@ use tonic::{Request, Response, Status};
 
 use super::{fill_header, require_leader, status::status, validate, Context};
 use crate::apply::{txn, Command, Op, Outcome};
+use crate::auth::{needs, Caller};
 use crate::error::Error;
 use crate::mvcc;
 use crate::pb::etcdserverpb::kv_server::Kv;
@@ -45,12 +46,20 @@ impl KvService {
         Ok(resp)
     }
 
-    async fn write(&self, op: Op) -> Result<Outcome, Status> {
+    /// Proposes a client's write; applying it checks the caller's permissions.
+    async fn write(&self, caller: Option<Caller>, op: Op) -> Result<Outcome, Status> {
         self.ctx
             .node
-            .propose(Command::new(op))
+            .propose(Command::from_client(op, caller))
             .await
             .map_err(status)
+    }
+
+    /// Fails unless the sender of `req` may read what the range names.
+    async fn check_range(&self, req: &Request<RangeRequest>) -> Result<(), Status> {
+        let caller = self.ctx.caller(req).await?;
+        self.ctx
+            .check(caller.as_ref(), &needs::range(req.get_ref()))
     }
 }
 
@@ -68,6 +77,7 @@ impl Kv for KvService {
         if !req.get_ref().serializable && self.ctx.node.is_learner() {
             return Err(super::status::status(Error::NotSupportedForLearner));
         }
+        self.check_range(&req).await?;
         let resp = self.read_range(req.get_ref()).await?;
         Ok(Response::new(resp))
     }
@@ -79,6 +89,7 @@ impl Kv for KvService {
         req: Request<RangeRequest>,
     ) -> Result<Response<RangeStreamOut>, Status> {
         require_leader(&self.ctx.node, &req)?;
+        self.check_range(&req).await?;
         let mut full = self.read_range(req.get_ref()).await?;
         let mut chunks = Vec::new();
         let mut current = Vec::new();
@@ -112,9 +123,10 @@ impl Kv for KvService {
     #[tracing::instrument(skip_all)]
     async fn put(&self, req: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
+        let caller = self.ctx.caller(&req).await?;
         let r = req.into_inner();
         validate::put(&r).map_err(status)?;
-        let Outcome::Put(mut resp) = self.write(Op::Put(r)).await? else {
+        let Outcome::Put(mut resp) = self.write(caller, Op::Put(r)).await? else {
             return Err(unexpected());
         };
         fill_header(&self.ctx.node, &mut resp.header);
@@ -127,9 +139,10 @@ impl Kv for KvService {
         req: Request<DeleteRangeRequest>,
     ) -> Result<Response<DeleteRangeResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
+        let caller = self.ctx.caller(&req).await?;
         let r = req.into_inner();
         validate::delete_range(&r).map_err(status)?;
-        let Outcome::DeleteRange(mut resp) = self.write(Op::DeleteRange(r)).await? else {
+        let Outcome::DeleteRange(mut resp) = self.write(caller, Op::DeleteRange(r)).await? else {
             return Err(unexpected());
         };
         fill_header(&self.ctx.node, &mut resp.header);
@@ -139,9 +152,11 @@ impl Kv for KvService {
     #[tracing::instrument(skip_all)]
     async fn txn(&self, req: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
+        let caller = self.ctx.caller(&req).await?;
         let r = req.into_inner();
         validate::txn(&r, self.ctx.max_txn_ops).map_err(status)?;
         let mut resp = if txn::is_read_only(&r) {
+            self.ctx.check(caller.as_ref(), &needs::txn(&r))?;
             // Read-only txns are served like ranges: after the read index, from the local store.
             if !is_serializable(&r) {
                 self.ctx.node.read_index().await.map_err(status)?;
@@ -149,7 +164,7 @@ impl Kv for KvService {
             let mut read = self.ctx.node.mvcc().read().map_err(status)?;
             txn::execute(&mut read, &r).map_err(status)?
         } else {
-            let Outcome::Txn(resp) = self.write(Op::Txn(r)).await? else {
+            let Outcome::Txn(resp) = self.write(caller, Op::Txn(r)).await? else {
                 return Err(unexpected());
             };
             resp
@@ -164,7 +179,9 @@ impl Kv for KvService {
         req: Request<CompactionRequest>,
     ) -> Result<Response<CompactionResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
-        let Outcome::Compaction(mut resp) = self.write(Op::Compaction(req.into_inner())).await?
+        let caller = self.ctx.caller(&req).await?;
+        let Outcome::Compaction(mut resp) =
+            self.write(caller, Op::Compaction(req.into_inner())).await?
         else {
             return Err(unexpected());
         };

@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::{current_header, fill_header, require_leader, status::status, Context};
 use crate::apply::{Command, Op, Outcome};
+use crate::auth::{Access, Caller, Need};
 use crate::error::Error;
 use crate::lease::MAX_LEASE_TTL;
 use crate::pb::etcdserverpb::lease_server::Lease;
@@ -41,6 +42,7 @@ impl Lease for LeaseService {
         req: Request<LeaseGrantRequest>,
     ) -> Result<Response<LeaseGrantResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
+        let caller = self.ctx.caller(&req).await?;
         let mut r = req.into_inner();
         let node = &self.ctx.node;
         if r.ttl > MAX_LEASE_TTL {
@@ -52,7 +54,7 @@ impl Lease for LeaseService {
         }
         let (id, ttl) = (r.id, r.ttl);
         let Outcome::LeaseGrant(mut resp) = node
-            .propose(Command::new(Op::LeaseGrant(r)))
+            .propose(Command::from_client(Op::LeaseGrant(r), caller))
             .await
             .map_err(status)?
         else {
@@ -72,9 +74,13 @@ impl Lease for LeaseService {
         req: Request<LeaseRevokeRequest>,
     ) -> Result<Response<LeaseRevokeResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
+        let caller = self.ctx.caller(&req).await?;
         let node = &self.ctx.node;
         let Outcome::LeaseRevoke(mut resp) = node
-            .propose(Command::new(Op::LeaseRevoke(req.into_inner())))
+            .propose(Command::from_client(
+                Op::LeaseRevoke(req.into_inner()),
+                caller,
+            ))
             .await
             .map_err(status)?
         else {
@@ -89,18 +95,25 @@ impl Lease for LeaseService {
         req: Request<Streaming<LeaseKeepAliveRequest>>,
     ) -> Result<Response<KeepAliveOut>, Status> {
         require_leader(&self.ctx.node, &req)?;
+        let caller = self.ctx.caller(&req).await?;
         let mut incoming = req.into_inner();
+        let ctx = self.ctx.clone();
         let node = self.ctx.node.clone();
         let (tx, rx) = mpsc::channel(16);
         tokio::spawn(async move {
             while let Ok(Some(r)) = incoming.message().await {
-                let reply = match node.lease_renew(r.id).await {
+                let allowed = check_lease_keys(&ctx, caller.as_ref(), r.id, Access::Write);
+                let renewed = match allowed {
+                    Ok(()) => node.lease_renew(r.id).await.map_err(status),
+                    Err(e) => Err(e),
+                };
+                let reply = match renewed {
                     Ok(ttl) => Ok(LeaseKeepAliveResponse {
                         header: current_header(&node),
                         id: r.id,
                         ttl,
                     }),
-                    Err(e) => Err(status(e)),
+                    Err(e) => Err(e),
                 };
                 let failed = reply.is_err();
                 if tx.send(reply).await.is_err() || failed {
@@ -116,9 +129,15 @@ impl Lease for LeaseService {
         req: Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
+        let caller = self.ctx.caller(&req).await?;
         let node = &self.ctx.node;
         let r = req.into_inner();
         let id = r.id;
+        if r.keys {
+            check_lease_keys(&self.ctx, caller.as_ref(), id, Access::Read)?;
+        } else {
+            self.ctx.check(caller.as_ref(), &[])?;
+        }
         let mut resp = match node.lease_time_to_live(r).await {
             Ok(resp) => resp,
             // As etcd: an unknown (or expired) lease is answered with TTL -1, not an error.
@@ -138,8 +157,16 @@ impl Lease for LeaseService {
         req: Request<LeaseLeasesRequest>,
     ) -> Result<Response<LeaseLeasesResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
+        let caller = self.ctx.caller(&req).await?;
         let node = &self.ctx.node;
         node.read_index().await.map_err(status)?;
+        // etcd 3.5.28 and on: root, or read access to every key of every lease.
+        if self.ctx.check_admin(caller.as_ref()).is_err() {
+            for (id, _) in node.mvcc().leases() {
+                check_lease_keys(&self.ctx, caller.as_ref(), id, Access::Read)?;
+            }
+            self.ctx.check(caller.as_ref(), &[])?;
+        }
         let leases = node
             .mvcc()
             .leases()
@@ -151,4 +178,32 @@ impl Lease for LeaseService {
             leases,
         }))
     }
+}
+
+/// etcd's lease rules (3.5.28 and on): root, or `access` to every key attached to lease `id`
+/// (an authenticated user for a lease without keys).
+fn check_lease_keys(
+    ctx: &Context,
+    caller: Option<&Caller>,
+    id: i64,
+    access: Access,
+) -> Result<(), Status> {
+    let auth = ctx.node.auth().current();
+    if !auth.enabled || caller.is_some_and(|c| auth.is_root(&c.user)) {
+        return Ok(());
+    }
+    let keys = ctx
+        .node
+        .mvcc()
+        .with_lease(id, |l| l.keys.iter().cloned().collect::<Vec<_>>())
+        .unwrap_or_default();
+    let needs: Vec<Need> = keys
+        .into_iter()
+        .map(|key| Need {
+            access,
+            key,
+            range_end: Vec::new(),
+        })
+        .collect();
+    ctx.check(caller, &needs)
 }

@@ -26,8 +26,9 @@ impl LockService {
 impl Lock for LockService {
     async fn lock(&self, req: Request<LockRequest>) -> Result<Response<LockResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
+        let client = self.client.for_caller(self.ctx.caller(&req).await?);
         let r = req.into_inner();
-        let (header, key) = lock::lock(&self.client, &r.name, r.lease)
+        let (header, key) = lock::lock(&client, &r.name, r.lease)
             .await
             .map_err(status)?;
         let mut header = Some(header);
@@ -40,7 +41,8 @@ impl Lock for LockService {
         req: Request<UnlockRequest>,
     ) -> Result<Response<UnlockResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
-        let header = lock::unlock(&self.client, &req.into_inner().key)
+        let client = self.client.for_caller(self.ctx.caller(&req).await?);
+        let header = lock::unlock(&client, &req.into_inner().key)
             .await
             .map_err(status)?;
         let mut header = Some(header);

@@ -2,9 +2,11 @@
 //! reads (after the read index unless serializable), and maps domain errors through
 //! [`status`], the single catalogue of etcd's wire errors.
 
+pub mod auth;
 pub mod cluster;
 pub mod election;
 pub mod gateway;
+mod gateway_auth;
 pub mod http;
 pub mod kv;
 pub mod lease;
@@ -19,12 +21,17 @@ use std::sync::Arc;
 
 use tonic::Status;
 
+use crate::auth::{AuthStore, Caller};
 use crate::error::Error;
 use crate::pb::etcdserverpb::ResponseHeader;
 use crate::raft::RaftNode;
 
 /// The gRPC metadata key etcd clients set with `WithRequireLeader`.
 pub const HAS_LEADER_KEY: &str = "hasleader";
+
+/// The gRPC metadata keys a client's auth token travels in: clientv3's, then the JSON
+/// gateway's (`Authorization` header, taken verbatim as etcd does).
+pub const TOKEN_KEYS: [&str; 2] = ["token", "authorization"];
 
 /// Fails with `etcdserver: no leader` when the client asked for a leader and this member has
 /// none.
@@ -71,4 +78,72 @@ pub struct Context {
     pub client_urls: Vec<String>,
     /// Names of the initial members by id.
     pub member_names: std::collections::BTreeMap<u64, String>,
+}
+
+/// The auth token `req` carries, if any.
+pub fn token_of<T>(req: &tonic::Request<T>) -> Option<String> {
+    TOKEN_KEYS
+        .iter()
+        .find_map(|k| req.metadata().get(*k))
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+impl Context {
+    /// Who sent `req`: the user its token names (`None` while auth is off or without a
+    /// token). A token issued by a login this member has not applied yet is waited for, as
+    /// etcd does (its index says how far to wait).
+    ///
+    /// # Errors
+    /// `etcdserver: invalid auth token` for a token this member does not know.
+    pub async fn caller<T>(&self, req: &tonic::Request<T>) -> Result<Option<Caller>, Status> {
+        let token = token_of(req);
+        let token = token.as_deref();
+        let auth = self.node.auth();
+        match (auth.caller(token), token.and_then(AuthStore::token_index)) {
+            (Err(Error::InvalidAuthToken), Some(index)) if index > self.node.applied_index() => {
+                self.node
+                    .wait_applied(index)
+                    .await
+                    .map_err(status::status)?;
+                auth.caller(token).map_err(status::status)
+            }
+            (result, _) => {
+                if result.is_err() {
+                    tracing::warn!("invalid auth token");
+                }
+                result.map_err(status::status)
+            }
+        }
+    }
+
+    /// Fails unless `caller` may make every access in `needs` (nothing is checked while auth is
+    /// off).
+    ///
+    /// # Errors
+    /// etcd's auth errors (`user name is empty`, `permission denied`, ...).
+    pub fn check(
+        &self,
+        caller: Option<&Caller>,
+        needs: &[crate::auth::Need],
+    ) -> Result<(), Status> {
+        crate::auth::check(&self.node.auth().current(), caller, needs).map_err(status::status)
+    }
+
+    /// Fails unless `caller` has the `root` role (nothing is checked while auth is off).
+    ///
+    /// # Errors
+    /// `user name is empty`, `user name not found`, `permission denied`.
+    pub fn check_admin(&self, caller: Option<&Caller>) -> Result<(), Status> {
+        crate::auth::check_admin(&self.node.auth().current(), caller).map_err(status::status)
+    }
+
+    /// Fails unless the sender of `req` has the `root` role.
+    ///
+    /// # Errors
+    /// As [`Context::caller`] and [`Context::check_admin`].
+    pub async fn require_admin<T>(&self, req: &tonic::Request<T>) -> Result<(), Status> {
+        let caller = self.caller(req).await?;
+        self.check_admin(caller.as_ref())
+    }
 }

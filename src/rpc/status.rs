@@ -141,6 +141,18 @@ pub fn code_and_message(e: Error) -> (Code, &'static str) {
     }
 }
 
+/// The status etcd's maintenance server answers auth failures of Defragment, Snapshot, Hash
+/// and HashKV with: the auth store's own error text, code Unknown (not the gRPC catalogue).
+pub fn auth_raw(e: Error) -> Status {
+    let text = match e {
+        Error::UserEmpty => "auth: user name is empty",
+        Error::UserNotFound => "auth: user not found",
+        Error::InvalidAuthToken => "auth: invalid auth token",
+        _ => "auth: permission denied",
+    };
+    Status::new(Code::Unknown, text)
+}
+
 /// The gRPC status for a domain error.
 pub fn status(e: Error) -> Status {
     let (code, msg) = code_and_message(e);

@@ -65,7 +65,15 @@ impl Watch for WatchService {
         let node = self.ctx.node.clone();
         let stream = node.hub().new_stream();
         let (msg_tx, msg_rx) = mpsc::channel(STREAM_BUFFER);
-        tokio::spawn(receive(node.clone(), stream, req.into_inner(), msg_tx));
+        // Checked at each create, as etcd does (the auth store may change meanwhile).
+        let token = super::token_of(&req);
+        tokio::spawn(receive(
+            node.clone(),
+            stream,
+            req.into_inner(),
+            msg_tx,
+            token,
+        ));
         Ok(Response::new(responses(
             node,
             msg_rx,
@@ -81,6 +89,7 @@ async fn receive(
     stream: u64,
     mut incoming: Streaming<WatchRequest>,
     tx: mpsc::Sender<StreamMsg>,
+    token: Option<String>,
 ) {
     let hub = node.hub().clone();
     // Client watch id -> hub id.
@@ -93,9 +102,10 @@ async fn receive(
         };
         let Ok(Some(req)) = req else { break };
         let control = match req.request_union {
-            Some(RequestUnion::CreateRequest(c)) => {
-                create(&hub, stream, c, &mut watches, &mut next_auto, &tx)
-            }
+            Some(RequestUnion::CreateRequest(c)) => match may_watch(&node, token.as_deref(), &c) {
+                Ok(()) => create(&hub, stream, c, &mut watches, &mut next_auto, &tx),
+                Err(e) => Some(refused(hub.published(), e)),
+            },
             Some(RequestUnion::CancelRequest(c)) => match watches.remove(&c.watch_id) {
                 Some(id) if hub.cancel(id) => Some(WatchResponse {
                     header: Some(ResponseHeader {
@@ -122,6 +132,50 @@ async fn receive(
     }
     let ids: Vec<u64> = watches.values().copied().collect();
     hub.drop_stream(stream, &ids);
+}
+
+/// Whether the token's user may watch what `c` names (read access; an empty key is `\0`).
+fn may_watch(
+    node: &RaftNode,
+    token: Option<&str>,
+    c: &WatchCreateRequest,
+) -> Result<(), crate::error::Error> {
+    let auth = node.auth();
+    if !auth.enabled() {
+        return Ok(());
+    }
+    let caller = auth.caller(token)?;
+    let key = if c.key.is_empty() {
+        vec![0]
+    } else {
+        c.key.clone()
+    };
+    let need = crate::auth::Need {
+        access: crate::auth::Access::Read,
+        key,
+        range_end: c.range_end.clone(),
+    };
+    crate::auth::check(&auth.current(), caller.as_ref(), &[need])
+}
+
+/// A create refused for its credentials, with etcd's cancel reasons.
+fn refused(published: i64, e: crate::error::Error) -> WatchResponse {
+    use crate::error::Error;
+    let reason = match e {
+        Error::InvalidAuthToken | Error::AuthOldRevision | Error::UserEmpty => e,
+        _ => Error::PermissionDenied,
+    };
+    WatchResponse {
+        header: Some(ResponseHeader {
+            revision: published,
+            ..Default::default()
+        }),
+        watch_id: -1,
+        created: true,
+        canceled: true,
+        cancel_reason: super::status::code_and_message(reason).1.into(),
+        ..Default::default()
+    }
 }
 
 /// Registers a watch; returns the `created` response (sent before any of its events, since

@@ -12,6 +12,7 @@ use tonic::service::Routes;
 use tonic::transport::Server;
 
 use crate::config;
+use crate::pb::etcdserverpb::auth_server::AuthServer;
 use crate::pb::etcdserverpb::cluster_server::ClusterServer;
 use crate::pb::etcdserverpb::kv_server::KvServer;
 use crate::pb::etcdserverpb::lease_server::LeaseServer;
@@ -21,8 +22,9 @@ use crate::pb::v3electionpb::election_server::ElectionServer;
 use crate::pb::v3lockpb::lock_server::LockServer;
 use crate::raft::RaftNode;
 use crate::rpc::{
-    cluster::ClusterService, election::ElectionService, kv::KvService, lease::LeaseService,
-    lock::LockService, maintenance::MaintenanceService, watch::WatchService, Context,
+    auth::AuthService, cluster::ClusterService, election::ElectionService, kv::KvService,
+    lease::LeaseService, lock::LockService, maintenance::MaintenanceService, watch::WatchService,
+    Context,
 };
 
 /// A listening socket.
@@ -176,7 +178,7 @@ macro_rules! serve_on {
 pub(crate) use serve_on;
 
 /// The client gRPC services of a member (KV, Watch, Lease, Lock, Election, Cluster,
-/// Maintenance), with etcd's message size limits.
+/// Maintenance, Auth), with etcd's message size limits.
 pub fn client_routes(ctx: &Context, max_recv: usize, stop: &watch::Receiver<bool>) -> Routes {
     let kv = KvServer::new(KvService::new(ctx.clone()))
         .max_decoding_message_size(max_recv)
@@ -191,6 +193,7 @@ pub fn client_routes(ctx: &Context, max_recv: usize, stop: &watch::Receiver<bool
         .add_service(LeaseServer::new(LeaseService::new(ctx.clone())))
         .add_service(LockServer::new(LockService::new(ctx.clone())))
         .add_service(ElectionServer::new(ElectionService::new(ctx.clone())))
+        .add_service(AuthServer::new(AuthService::new(ctx.clone())))
 }
 
 /// Starts the in-process server the JSON gateway calls; returns the gateway.
