@@ -49,12 +49,17 @@ impl Default for AuthOptions {
     }
 }
 
+/// How long a failed password check holds back the next check of the same user.
+pub const FAILED_LOGIN_DELAY: Duration = Duration::from_millis(250);
+
 /// The auth store of one member: the replicated state and this member's live tokens.
 #[derive(Debug)]
 pub struct AuthStore {
     state: RwLock<Arc<AuthState>>,
     tokens: token::SimpleTokens,
     options: AuthOptions,
+    /// Per user: held while its password is checked (see [`AuthStore::check_password`]).
+    login_turns: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 fn load(storage: &Storage) -> StorageResult<AuthState> {
@@ -81,6 +86,7 @@ impl AuthStore {
             state: RwLock::new(Arc::new(load(storage)?)),
             tokens: token::SimpleTokens::new(options.token_ttl),
             options,
+            login_turns: Default::default(),
         })
     }
 
@@ -156,22 +162,42 @@ impl AuthStore {
     ///
     /// # Errors
     /// [`Error::AuthNotEnabled`], [`Error::AuthFailed`], [`Error::NoPasswordUser`].
+    ///
+    /// Rate-limited per user: one check at a time, and a failed one holds the next back for
+    /// [`FAILED_LOGIN_DELAY`], so a password is guessed at a few tries a second at most.
     pub async fn check_password(&self, name: &str, password: &str) -> Result<u64> {
         let s = self.current();
         if !s.enabled {
             return Err(Error::AuthNotEnabled);
         }
-        let user = s.user(name).ok_or(Error::AuthFailed)?;
+        let Some(user) = s.user(name) else {
+            tokio::time::sleep(FAILED_LOGIN_DELAY).await;
+            return Err(Error::AuthFailed);
+        };
         if user.options.is_some_and(|o| o.no_password) {
             return Err(Error::NoPasswordUser);
         }
+        let turn = self.login_turn(name);
+        let _turn = turn.lock().await;
         let hash = String::from_utf8_lossy(&user.password).into_owned();
         if password::verify(password.to_string(), hash).await {
             Ok(s.revision)
         } else {
             tracing::info!(user_name = name, "invalid password");
+            tokio::time::sleep(FAILED_LOGIN_DELAY).await;
             Err(Error::AuthFailed)
         }
+    }
+
+    /// The lock that serializes password checks of user `name` (one per existing user).
+    fn login_turn(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut turns = match self.login_turns.lock() {
+            Ok(t) => t,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let users = self.current();
+        turns.retain(|n, _| users.user(n).is_some());
+        turns.entry(name.to_string()).or_default().clone()
     }
 }
 
@@ -320,5 +346,66 @@ impl AuthStore {
         let token = format!("{prefix}.{index}");
         self.tokens.assign(&token, name);
         Ok(Some(token))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::etcdserverpb::{
+        AuthEnableRequest, AuthUserAddRequest, AuthUserGrantRoleRequest,
+    };
+
+    /// A store with auth on and user `root` (password `pw`).
+    async fn store(
+    ) -> std::result::Result<(tempfile::TempDir, AuthStore), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let storage = Storage::open(dir.path())?;
+        let auth = AuthStore::open(&storage, AuthOptions::default())?;
+        let mvcc = crate::mvcc::MvccStore::open(storage.clone())?;
+        let hash = password::hash("pw".into(), 4).await.ok_or("hash")?;
+        let ops = [
+            Op::UserAdd(AuthUserAddRequest {
+                name: ROOT.into(),
+                hashed_password: hash,
+                ..Default::default()
+            }),
+            Op::UserGrantRole(AuthUserGrantRoleRequest {
+                user: ROOT.into(),
+                role: ROOT.into(),
+            }),
+            Op::AuthEnable(AuthEnableRequest {}),
+        ];
+        let mut w = mvcc.write()?;
+        for op in &ops {
+            auth.apply(&mut w, op, None, 1).ok_or("not auth")??;
+        }
+        w.commit()?;
+        Ok((dir, auth))
+    }
+
+    #[tokio::test]
+    async fn failed_logins_of_a_user_are_taken_one_at_a_time_and_slowed(
+    ) -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let (_dir, auth) = store().await?;
+        let auth = Arc::new(auth);
+        assert_eq!(auth.check_password(ROOT, "pw").await?, 1 + 2);
+        let started = std::time::Instant::now();
+        let tries: Vec<_> = (0..3)
+            .map(|_| {
+                let auth = auth.clone();
+                tokio::spawn(async move { auth.check_password(ROOT, "guess").await })
+            })
+            .collect();
+        for t in tries {
+            assert_eq!(t.await?.err(), Some(Error::AuthFailed));
+        }
+        // Each failure holds the next check back (a lower bound set by sleeps, not a speed).
+        assert!(started.elapsed() >= FAILED_LOGIN_DELAY * 3);
+        assert_eq!(
+            auth.check_password("nobody", "x").await.err(),
+            Some(Error::AuthFailed)
+        );
+        Ok(())
     }
 }

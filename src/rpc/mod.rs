@@ -74,6 +74,8 @@ pub struct Context {
     pub node: Arc<RaftNode>,
     /// `--max-txn-ops`.
     pub max_txn_ops: usize,
+    /// `--client-cert-auth`: a request without a token is its certificate's CN's.
+    pub client_cert_auth: bool,
     /// This member's advertised client URLs.
     pub client_urls: Vec<String>,
     /// Names of the initial members by id.
@@ -89,9 +91,22 @@ pub fn token_of<T>(req: &tonic::Request<T>) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The CN of the client certificate `req` came with (verified: `--client-cert-auth` refuses
+/// connections without a trusted one), as etcd takes it for the user; not for the JSON
+/// gateway's calls, which carry the gateway's own connection.
+fn cert_user<T>(req: &tonic::Request<T>) -> Option<String> {
+    if req.metadata().get("grpcgateway-accept").is_some() {
+        return None;
+    }
+    req.extensions()
+        .get::<crate::tls::TlsConnectInfo>()
+        .and_then(|info| info.common_name.clone())
+        .filter(|cn| !cn.is_empty())
+}
+
 impl Context {
-    /// Who sent `req`: the user its token names (`None` while auth is off or without a
-    /// token). A token issued by a login this member has not applied yet is waited for, as
+    /// Who sent `req`: the user its token names, or without a token and with
+    /// `--client-cert-auth` its certificate's CN (`None` while auth is off or without either). A token issued by a login this member has not applied yet is waited for, as
     /// etcd does (its index says how far to wait).
     ///
     /// # Errors
@@ -100,6 +115,12 @@ impl Context {
         let token = token_of(req);
         let token = token.as_deref();
         let auth = self.node.auth();
+        if token.is_none() && self.client_cert_auth && auth.enabled() {
+            return Ok(cert_user(req).map(|user| Caller {
+                user,
+                auth_revision: auth.current().revision,
+            }));
+        }
         match (auth.caller(token), token.and_then(AuthStore::token_index)) {
             (Err(Error::InvalidAuthToken), Some(index)) if index > self.node.applied_index() => {
                 self.node

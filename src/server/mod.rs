@@ -131,6 +131,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
     let ctx = Context {
         node: node.clone(),
         max_txn_ops: cfg.max_txn_ops,
+        client_cert_auth: cfg.client_cert_auth,
         client_urls: config::split_urls(&cfg.advertise_client_urls),
         member_names: members
             .iter()

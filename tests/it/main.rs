@@ -1,5 +1,6 @@
 //! Integration tests: real `concord` processes, real gRPC clients.
 
+mod auth;
 mod cluster;
 mod election;
 mod failover;

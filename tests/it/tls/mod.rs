@@ -355,3 +355,74 @@ async fn a_config_file_starts_a_tls_member() -> TestResult {
     );
     Ok(())
 }
+
+/// With `--client-cert-auth` and auth on, a request without a token is its certificate's CN's
+/// (etcd's `AuthInfoFromTLS`): root's certificate may do anything, alice's only her prefix,
+/// a certificate naming no user nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificates_cn_is_its_user_when_auth_is_on() -> TestResult {
+    use concord::pb::authpb::{permission::Type, Permission};
+    use concord::pb::etcdserverpb::auth_client::AuthClient;
+    use concord::pb::etcdserverpb::{
+        AuthRoleAddRequest, AuthRoleGrantPermissionRequest, AuthUserAddRequest,
+        AuthUserGrantRoleRequest,
+    };
+    let dir = tempfile::tempdir()?;
+    let pki = Pki::new(dir.path())?;
+    pki.issue("server", "node", true)?;
+    for (file, cn) in [
+        ("root-client", "root"),
+        ("alice-client", "alice"),
+        ("nobody", "bob"),
+    ] {
+        pki.issue(file, cn, false)?;
+    }
+    let port = free_port()?;
+    let _member = Procs(vec![spawn_one(&pki, dir.path(), port, &[])?]);
+    let root = pki.client(Some("root-client"))?;
+    let channel = eventually(|| async {
+        let connector =
+            concord::transport::connector(Duration::from_secs(5), None, Some(root.clone()));
+        Ok(Endpoint::from_shared(format!("http://127.0.0.1:{port}"))?
+            .connect_with_connector(connector)
+            .await?)
+    })
+    .await?;
+    let mut auth = AuthClient::new(channel);
+    for name in ["root", "alice"] {
+        auth.user_add(AuthUserAddRequest {
+            name: name.into(),
+            password: "pw".into(),
+            ..Default::default()
+        })
+        .await?;
+    }
+    auth.role_add(AuthRoleAddRequest { name: "r".into() })
+        .await?;
+    auth.role_grant_permission(AuthRoleGrantPermissionRequest {
+        name: "r".into(),
+        perm: Some(Permission {
+            perm_type: Type::Readwrite as i32,
+            key: b"a/".to_vec(),
+            range_end: b"a0".to_vec(),
+        }),
+    })
+    .await?;
+    for (user, role) in [("alice", "r"), ("root", "root")] {
+        auth.user_grant_role(AuthUserGrantRoleRequest {
+            user: user.into(),
+            role: role.into(),
+        })
+        .await?;
+    }
+    auth.auth_enable(concord::pb::etcdserverpb::AuthEnableRequest {})
+        .await?;
+    let mut alice = kv(port, pki.client(Some("alice-client"))?).await?;
+    put(&mut alice, "a/1", "v").await?;
+    let denied = put(&mut alice, "b", "v").await.err().map(|e| e.to_string());
+    assert!(denied.is_some_and(|e| e.contains("etcdserver: permission denied")));
+    let mut nobody = kv(port, pki.client(Some("nobody"))?).await?;
+    assert!(put(&mut nobody, "a/2", "v").await.is_err());
+    put(&mut kv(port, root).await?, "b", "v").await?;
+    Ok(())
+}
