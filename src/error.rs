@@ -168,11 +168,14 @@ pub enum Error {
     /// Authenticate with a password for a user added with `no_password`.
     #[error("authentication failed, password was given for no password user")]
     NoPasswordUser,
+    /// A login answered by a member that has the JWT public key only.
+    #[error("token signing attempted with verify-only key")]
+    JwtVerifyOnly,
 }
 
 impl Error {
     /// Every variant, for tests and for decoding codes.
-    pub const ALL: [Error; 54] = [
+    pub const ALL: [Error; 55] = [
         Error::Compacted,
         Error::FutureRevision,
         Error::EmptyKey,
@@ -227,6 +230,7 @@ impl Error {
         Error::InvalidAuthMgmt,
         Error::AuthOldRevision,
         Error::NoPasswordUser,
+        Error::JwtVerifyOnly,
     ];
 
     /// The stable wire code of this error (never 0, which means "no error").

@@ -5,7 +5,8 @@
 //!   same auth store at the same log position; carried by snapshots (replicated metadata).
 //! - [`perm`]: a user's permissions merged into sorted key intervals (cached per auth state).
 //! - [`needs`]: which key ranges each KV request reads or writes.
-//! - [`token`]: simple tokens; [`password`]: bcrypt off the async runtime.
+//! - [`token`]: simple tokens; [`jwt`]: signed tokens; [`password`]: bcrypt off the async
+//!   runtime.
 //!
 //! The RPC edge turns a request's token into a [`Caller`] ([`AuthStore::caller`]) and checks
 //! reads, watches and admin-only RPCs at once; writes carry the caller through Raft and are
@@ -13,6 +14,7 @@
 //! before a write's entry denies it), with etcd's `revision of auth store is old` when the
 //! store changed since the caller's token was checked.
 
+pub mod jwt;
 pub mod needs;
 pub mod password;
 pub mod perm;
@@ -31,13 +33,15 @@ use crate::mvcc::WriteTxn;
 use crate::pb::concordpb::command::Op;
 use crate::storage::{Space, Storage, StorageResult};
 
-/// `--auth-token-ttl` and `--bcrypt-cost`.
-#[derive(Debug, Clone, Copy)]
+/// `--auth-token`, `--auth-token-ttl` and `--bcrypt-cost`.
+#[derive(Debug, Clone)]
 pub struct AuthOptions {
     /// How long a simple token lives after its last use.
     pub token_ttl: Duration,
     /// bcrypt's cost for new password hashes.
     pub bcrypt_cost: u32,
+    /// JWT tokens instead of simple ones (`--auth-token jwt,...`).
+    pub jwt: Option<Arc<jwt::Jwt>>,
 }
 
 impl Default for AuthOptions {
@@ -45,7 +49,31 @@ impl Default for AuthOptions {
         AuthOptions {
             token_ttl: token::DEFAULT_TTL,
             bcrypt_cost: password::DEFAULT_COST,
+            jwt: None,
         }
+    }
+}
+
+impl AuthOptions {
+    /// Reads `--auth-token`: `simple`, or `jwt,` and etcd's JWT options.
+    ///
+    /// # Errors
+    /// An unknown token kind, or bad JWT options or keys (etcd's messages).
+    pub fn with_token_kind(mut self, kind: &str) -> Result<Self, String> {
+        let (name, options) = kind.split_once(',').unwrap_or((kind, ""));
+        match name {
+            "simple" => {
+                tracing::warn!("simple token is not cryptographically signed");
+                self.jwt = None;
+            }
+            "jwt" => {
+                self.jwt = Some(Arc::new(
+                    jwt::Jwt::from_options(options).map_err(|e| e.to_string())?,
+                ));
+            }
+            other => return Err(format!("auth: unknown token type {other:?}")),
+        }
+        Ok(self)
     }
 }
 
@@ -129,6 +157,23 @@ impl AuthStore {
         self.options.bcrypt_cost
     }
 
+    /// Whether tokens are JWTs (a login then registers nothing on the members).
+    pub fn uses_jwt(&self) -> bool {
+        self.options.jwt.is_some()
+    }
+
+    /// A JWT for `user` at auth `revision`.
+    ///
+    /// # Errors
+    /// [`Error::JwtVerifyOnly`] on a member without the private key.
+    pub fn sign_jwt(&self, user: &str, revision: u64) -> Result<String> {
+        self.options
+            .jwt
+            .as_ref()
+            .and_then(|j| j.sign(user, revision))
+            .ok_or(Error::JwtVerifyOnly)
+    }
+
     /// The caller a request's token names. `Ok(None)`: auth is off, or no token was given (a
     /// check then fails with `user name is empty`).
     ///
@@ -143,6 +188,14 @@ impl AuthStore {
         let Some(token) = token else {
             return Ok(None);
         };
+        // A JWT names the revision of its login; a simple token is checked now.
+        if let Some(jwt) = &self.options.jwt {
+            let (user, auth_revision) = jwt.verify(token).ok_or(Error::InvalidAuthToken)?;
+            return Ok(Some(Caller {
+                user,
+                auth_revision,
+            }));
+        }
         let user = self.tokens.user(token).ok_or(Error::InvalidAuthToken)?;
         Ok(Some(Caller {
             user,
@@ -342,6 +395,10 @@ impl AuthStore {
         let user = s.user(name).ok_or(Error::AuthFailed)?;
         if user.options.is_some_and(|o| o.no_password) {
             return Err(Error::AuthFailed);
+        }
+        // JWT logins register nothing (the proposer signs the token).
+        if prefix.is_empty() {
+            return Ok(None);
         }
         let token = format!("{prefix}.{index}");
         self.tokens.assign(&token, name);

@@ -191,14 +191,7 @@ pub const FLAGS: &[Flag] = &[
         NoEffect("the JSON gateway does not check the Host header"),
     ),
     // auth
-    f(
-        "auth-token",
-        Text,
-        DefaultOnly(
-            "simple",
-            "JWT tokens are not implemented yet (Concord issue 18)",
-        ),
-    ),
+    f("auth-token", Text, Implemented),
     f("bcrypt-cost", Uint, Implemented),
     f("auth-token-ttl", Uint, Implemented),
     // profiling and monitoring

@@ -200,6 +200,10 @@ pub struct Config {
         value_parser = parse_duration
     )]
     pub warning_apply_duration: Duration,
+    /// How clients' tokens are made: `simple` (etcd's default), or
+    /// `jwt,pub-key=FILE,priv-key=FILE,sign-method=RS256|...|EdDSA,ttl=5m`.
+    #[arg(long, default_value = "simple")]
+    pub auth_token: String,
     /// Seconds a simple token lives after its last use.
     #[arg(long, default_value_t = 300)]
     pub auth_token_ttl: u64,

@@ -139,7 +139,7 @@ impl RaftNode {
         let removed = Arc::new(tokio::sync::watch::Sender::new(false));
         let links = Arc::new(network::Links::new(cluster_id, removed.clone()));
         let auth = Arc::new(
-            crate::auth::AuthStore::open(&storage, options.auth)
+            crate::auth::AuthStore::open(&storage, options.auth.clone())
                 .map_err(|e| StorageError(e.to_string()))?,
         );
         let sm = StateMachine::open(

@@ -135,9 +135,14 @@ impl Auth for AuthService {
                     return Err(status(e));
                 }
             };
+            let jwt = node.auth().uses_jwt();
             let login = Op::Authenticate(Authenticated {
                 name: r.name.clone(),
-                simple_token: token::new_prefix(),
+                simple_token: if jwt {
+                    String::new()
+                } else {
+                    token::new_prefix()
+                },
             });
             // The member's own command: the password was checked here, and only the name and
             // the token's random part enter the log.
@@ -146,9 +151,14 @@ impl Auth for AuthService {
                 return Err(status(Error::Storage));
             };
             if node.auth().current().revision == checked {
+                let token = if jwt {
+                    node.auth().sign_jwt(&r.name, checked).map_err(status)?
+                } else {
+                    done.token
+                };
                 return Ok(Response::new(AuthenticateResponse {
                     header: header(&self.ctx),
-                    token: done.token,
+                    token,
                 }));
             }
             tracing::info!(

@@ -121,7 +121,10 @@ impl Context {
                 auth_revision: auth.current().revision,
             }));
         }
-        match (auth.caller(token), token.and_then(AuthStore::token_index)) {
+        let index = token
+            .filter(|_| !auth.uses_jwt())
+            .and_then(AuthStore::token_index);
+        match (auth.caller(token), index) {
             (Err(Error::InvalidAuthToken), Some(index)) if index > self.node.applied_index() => {
                 self.node
                     .wait_applied(index)

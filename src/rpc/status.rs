@@ -133,6 +133,10 @@ pub fn code_and_message(e: Error) -> (Code, &'static str) {
             Code::Unknown,
             "auth: authentication failed, password was given for no password user",
         ),
+        Error::JwtVerifyOnly => (
+            Code::Unknown,
+            "auth: token signing attempted with verify-only key",
+        ),
         // Not in etcd's gRPC error table: it reaches clients as Unknown with its text.
         Error::LeaderTransferTimeout => (
             Code::Unknown,
@@ -175,6 +179,7 @@ mod tests {
                             | Error::ElectionNotLeader
                             | Error::ElectionNoLeader
                             | Error::NoPasswordUser
+                            | Error::JwtVerifyOnly
                     ),
                 "{e:?}"
             );

@@ -383,3 +383,53 @@ async fn a_follower_caught_up_by_a_snapshot_enforces_the_same_permissions() -> T
     assert_eq!(got.into_inner().count, 300);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jwt_tokens_signed_by_one_member_are_accepted_by_every_member() -> TestResult {
+    let keys = tempfile::tempdir()?;
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let (private, public) = (keys.path().join("jwt.key"), keys.path().join("jwt.pub"));
+    std::fs::write(&private, key.serialize_pem())?;
+    std::fs::write(&public, key.public_key_pem())?;
+    let flag = format!(
+        "--auth-token=jwt,pub-key={},priv-key={},sign-method=ES256,ttl=5m",
+        public.display(),
+        private.display()
+    );
+    let c = Cluster::start_with(3, &[flag.as_str()])?;
+    c.wait_leader(Duration::from_secs(20)).await?;
+    setup(&c).await?;
+    let user = login(&c, 2, "u", "upw").await?;
+    assert_eq!(user.split('.').count(), 3, "a JWT: {user}");
+    for i in 0..3 {
+        c.kv(i)
+            .await?
+            .put(with_token(put_req(&format!("a/{i}")), &user)?)
+            .await?;
+    }
+    // Any change of the auth store makes older JWTs old for permission checks.
+    let root = login(&c, 0, "root", "rootpw").await?;
+    auth(&c, 0)
+        .await?
+        .role_add(with_token(AuthRoleAddRequest { name: "x".into() }, &root)?)
+        .await?;
+    denied(
+        c.kv(1).await?.put(with_token(put_req("a/1"), &user)?).await,
+        Code::InvalidArgument,
+        "etcdserver: revision of auth store is old",
+    );
+    let fresh = login(&c, 1, "u", "upw").await?;
+    c.kv(1)
+        .await?
+        .put(with_token(put_req("a/1"), &fresh)?)
+        .await?;
+    denied(
+        c.kv(0)
+            .await?
+            .put(with_token(put_req("a/1"), "a.b.c")?)
+            .await,
+        Code::Unauthenticated,
+        "etcdserver: invalid auth token",
+    );
+    Ok(())
+}

@@ -1,0 +1,249 @@
+//! etcd's JWT tokens (`--auth-token jwt,pub-key=...,priv-key=...,sign-method=...,ttl=...`):
+//! signed claims `{username, revision, exp}` that every member holding the public key verifies
+//! on its own, so a token signed by one member is accepted by all. The `jsonwebtoken` crate is
+//! used only here.
+//!
+//! As in etcd, a JWT is never revoked: it names the auth revision of its login, and once the
+//! auth store changes every permission check fails with `revision of auth store is old` (the
+//! client logs in again).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+
+/// etcd's default JWT lifetime.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
+
+/// The claims etcd signs.
+#[derive(Debug, Serialize, Deserialize)]
+struct Claims {
+    username: String,
+    revision: u64,
+    exp: u64,
+}
+
+/// A member's JWT signer and verifier.
+pub struct Jwt {
+    algorithm: Algorithm,
+    /// `None`: a verify-only member (public key only).
+    signing: Option<EncodingKey>,
+    verifying: DecodingKey,
+    ttl: Duration,
+}
+
+impl std::fmt::Debug for Jwt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Jwt")
+            .field("algorithm", &self.algorithm)
+            .field("signs", &self.signing.is_some())
+            .field("ttl", &self.ttl)
+            .finish()
+    }
+}
+
+/// Why `--auth-token` was refused (etcd's start-up errors).
+#[derive(Debug, thiserror::Error)]
+pub enum JwtError {
+    /// A malformed option list, an unknown key or a missing `sign-method`.
+    #[error("auth: invalid auth options: {0}")]
+    Options(String),
+    /// A signing method etcd does not know.
+    #[error("auth: invalid auth signature method: {0}")]
+    Method(String),
+    /// A key file that cannot be read or parsed.
+    #[error("auth: {0}")]
+    Key(String),
+}
+
+fn algorithm(name: &str) -> Result<Algorithm, JwtError> {
+    Ok(match name {
+        "RS256" => Algorithm::RS256,
+        "RS384" => Algorithm::RS384,
+        "RS512" => Algorithm::RS512,
+        "PS256" => Algorithm::PS256,
+        "PS384" => Algorithm::PS384,
+        "PS512" => Algorithm::PS512,
+        "ES256" => Algorithm::ES256,
+        "ES384" => Algorithm::ES384,
+        "HS256" => Algorithm::HS256,
+        "HS384" => Algorithm::HS384,
+        "HS512" => Algorithm::HS512,
+        "EdDSA" => Algorithm::EdDSA,
+        other => return Err(JwtError::Method(other.to_string())),
+    })
+}
+
+fn read(path: &str) -> Result<Vec<u8>, JwtError> {
+    std::fs::read(path).map_err(|e| JwtError::Key(format!("reading {path}: {e}")))
+}
+
+fn keys(
+    alg: Algorithm,
+    private: Option<&[u8]>,
+    public: Option<&[u8]>,
+) -> Result<(Option<EncodingKey>, DecodingKey), JwtError> {
+    let bad = |e: jsonwebtoken::errors::Error| JwtError::Key(e.to_string());
+    use Algorithm::*;
+    match alg {
+        HS256 | HS384 | HS512 => {
+            // etcd: the priv-key file's bytes are the shared secret.
+            let secret = private.ok_or_else(|| JwtError::Key("missing key data".into()))?;
+            Ok((
+                Some(EncodingKey::from_secret(secret)),
+                DecodingKey::from_secret(secret),
+            ))
+        }
+        _ => {
+            let signing = match private {
+                Some(pem) => Some(match alg {
+                    ES256 | ES384 => EncodingKey::from_ec_pem(pem).map_err(bad)?,
+                    EdDSA => EncodingKey::from_ed_pem(pem).map_err(bad)?,
+                    _ => EncodingKey::from_rsa_pem(pem).map_err(bad)?,
+                }),
+                None => None,
+            };
+            let public = public.ok_or_else(|| JwtError::Key("missing key data".into()))?;
+            let verifying = match alg {
+                ES256 | ES384 => DecodingKey::from_ec_pem(public).map_err(bad)?,
+                EdDSA => DecodingKey::from_ed_pem(public).map_err(bad)?,
+                _ => DecodingKey::from_rsa_pem(public).map_err(bad)?,
+            };
+            Ok((signing, verifying))
+        }
+    }
+}
+
+impl Jwt {
+    /// Parses the options after `jwt,` (`pub-key=`, `priv-key=`, `sign-method=`, `ttl=`, as
+    /// etcd's) and loads the keys.
+    ///
+    /// # Errors
+    /// [`JwtError`], with etcd's wording.
+    pub fn from_options(options: &str) -> Result<Self, JwtError> {
+        let mut map = std::collections::BTreeMap::new();
+        for pair in options.split(',').filter(|p| !p.is_empty()) {
+            let (k, v) = pair
+                .split_once('=')
+                .ok_or_else(|| JwtError::Options(pair.to_string()))?;
+            if map.insert(k, v).is_some() {
+                return Err(JwtError::Options(format!("{k} given twice")));
+            }
+        }
+        for k in map.keys() {
+            if !["pub-key", "priv-key", "sign-method", "ttl"].contains(k) {
+                tracing::warn!(option = *k, "unknown token specific option");
+            }
+        }
+        let method = map
+            .get("sign-method")
+            .ok_or_else(|| JwtError::Options("sign-method is required".into()))?;
+        let alg = algorithm(method)?;
+        let ttl = match map.get("ttl") {
+            Some(t) => crate::config::parse_duration(t).map_err(JwtError::Options)?,
+            None => DEFAULT_TTL,
+        };
+        let private = map.get("priv-key").map(|p| read(p)).transpose()?;
+        let public = map.get("pub-key").map(|p| read(p)).transpose()?;
+        let (signing, verifying) = keys(alg, private.as_deref(), public.as_deref())?;
+        Ok(Jwt {
+            algorithm: alg,
+            signing,
+            verifying,
+            ttl,
+        })
+    }
+
+    /// A signed token for `username` at auth `revision`; `None` on a verify-only member.
+    pub fn sign(&self, username: &str, revision: u64) -> Option<String> {
+        let key = self.signing.as_ref()?;
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?;
+        let claims = Claims {
+            username: username.to_string(),
+            revision,
+            exp: (now + self.ttl).as_secs(),
+        };
+        jsonwebtoken::encode(&Header::new(self.algorithm), &claims, key).ok()
+    }
+
+    /// The user and auth revision a valid, unexpired token names.
+    pub fn verify(&self, token: &str) -> Option<(String, u64)> {
+        let mut validation = Validation::new(self.algorithm);
+        validation.leeway = 0;
+        validation.set_required_spec_claims(&["exp"]);
+        let data = jsonwebtoken::decode::<Claims>(token, &self.verifying, &validation).ok()?;
+        Some((data.claims.username, data.claims.revision))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_files(dir: &std::path::Path) -> Result<(String, String), Box<dyn std::error::Error>> {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+        let (private, public) = (dir.join("priv.pem"), dir.join("pub.pem"));
+        std::fs::write(&private, key.serialize_pem())?;
+        std::fs::write(&public, key.public_key_pem())?;
+        Ok((private.display().to_string(), public.display().to_string()))
+    }
+
+    #[test]
+    fn a_token_signed_by_one_member_verifies_on_another() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let dir = tempfile::tempdir()?;
+        let (private, public) = key_files(dir.path())?;
+        let signer = Jwt::from_options(&format!(
+            "pub-key={public},priv-key={private},sign-method=ES256"
+        ))?;
+        let verify_only = Jwt::from_options(&format!("pub-key={public},sign-method=ES256,ttl=1m"))?;
+        let token = signer.sign("alice", 7).ok_or("no token")?;
+        assert_eq!(verify_only.verify(&token), Some(("alice".into(), 7)));
+        assert_eq!(verify_only.sign("alice", 7), None, "verify-only");
+        let mut forged = token.clone();
+        forged.push('x');
+        assert_eq!(verify_only.verify(&forged), None);
+        assert_eq!(verify_only.verify("not.a.jwt"), None);
+        Ok(())
+    }
+
+    #[test]
+    fn hmac_uses_the_key_files_bytes_and_bad_options_are_refused(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, b"s3cret")?;
+        let s = secret.display();
+        let hs = Jwt::from_options(&format!("priv-key={s},sign-method=HS256"))?;
+        let token = hs.sign("bob", 1).ok_or("no token")?;
+        assert_eq!(hs.verify(&token), Some(("bob".into(), 1)));
+        let other = Jwt::from_options(&format!("priv-key={s},sign-method=HS384"))?;
+        assert_eq!(other.verify(&token), None, "another method");
+        assert!(matches!(
+            Jwt::from_options("sign-method=XX256"),
+            Err(JwtError::Method(_))
+        ));
+        assert!(matches!(
+            Jwt::from_options(&format!("priv-key={s}")),
+            Err(JwtError::Options(_))
+        ));
+        assert!(matches!(
+            Jwt::from_options("pub-key=/nonexistent,sign-method=RS256"),
+            Err(JwtError::Key(_))
+        ));
+        Ok(())
+    }
+
+    #[test]
+    fn an_expired_token_is_refused() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, b"k")?;
+        let s = secret.display();
+        let jwt = Jwt::from_options(&format!("priv-key={s},sign-method=HS256,ttl=0s"))?;
+        let token = jwt.sign("bob", 1).ok_or("no token")?;
+        std::thread::sleep(Duration::from_millis(1100));
+        assert_eq!(jwt.verify(&token), None);
+        Ok(())
+    }
+}
