@@ -19,6 +19,8 @@ that). --smoke: one short round of a few workloads on one node, to check that th
 --tls: both servers serve clients and peers over TLS with client-certificate auth (kubeadm's
 setup: a CA, server and peer certificates, a client certificate; made here with openssl), and
 concord-bench connects with the client certificate.
+--auth: both servers with auth on (root, and a user with READWRITE on the bench's key prefix);
+concord-bench logs in as that user and sends the token with every request.
 """
 
 from __future__ import annotations
@@ -189,11 +191,28 @@ def bench(args, cluster: Cluster, workload: str, extra: list[str]) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+# The user --auth benchmarks as: READWRITE on the prefix the workloads use.
+AUTH_USER = "bench:benchpw"
+
+
+def enable_auth(args, cluster: Cluster) -> None:
+    """root, and user `bench` with READWRITE on `bench/`, then auth on (with etcdctl 3.5.1)."""
+    ctl = [os.path.join(args.etcd_dir, "etcdctl"), "--endpoints", cluster.client[0]]
+    for cmd in (["user", "add", "root:rootpw"], ["user", "add", AUTH_USER],
+                ["role", "add", "bench"],
+                ["role", "grant-permission", "bench", "readwrite", "bench/", "--prefix"],
+                ["user", "grant-role", "bench", "bench"], ["auth", "enable"]):
+        subprocess.run(ctl + cmd, check=True, capture_output=True, timeout=60)
+
+
 def one_run(args, binary: str, label: str, n: int, workload: str, extra: list[str]) -> dict:
     c = Cluster(binary, n, args.root, label)
     try:
         c.start()
         c.wait_ready()
+        if args.auth:
+            enable_auth(args, c)
+            extra = [*extra, "--user", AUTH_USER]
         return bench(args, c, workload, extra)
     finally:
         c.remove()
@@ -300,7 +319,12 @@ def main() -> int:
                     help="where the data dirs go (a real disk)")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--tls", action="store_true", help="clients and peers over TLS (both servers)")
+    ap.add_argument("--auth", action="store_true",
+                    help="auth on (both servers): the bench logs in as a user with READWRITE on "
+                         "its key prefix and every request carries the token")
     args = ap.parse_args()
+    if args.auth and args.tls:
+        raise SystemExit("--auth and --tls: one at a time")
     if args.tls:
         TLS.update(make_certs(args.root))
     if args.smoke:
@@ -312,7 +336,8 @@ def main() -> int:
     out = [f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}; "
            f"data on {args.root}; {args.clients} clients over {args.conns} connections, "
            f"{args.duration} per run after 1 s warm-up; 256 B values"
-           f"{'; TLS for clients and peers, client certificates required' if args.tls else ''}."]
+           f"{'; TLS for clients and peers, client certificates required' if args.tls else ''}"
+           f"{'; auth on, a user with READWRITE on the bench prefix, a token on every request' if args.auth else ''}."]
     if not args.memory_only:
         compare(args, out)
     if args.memory_keys > 0:

@@ -9,6 +9,7 @@
 //! concord-bench --rate 2000 txn-cas          # fixed offered load: latency without saturation
 //! concord-bench --watchers 1000 watch        # 1 writer, 1000 watchers
 //! concord-bench --endpoints https://127.0.0.1:2379 --cacert ca.crt --cert c.crt --key c.key put
+//! concord-bench --user alice:secret range    # auth on: log in, a token with every request
 //! ```
 //!
 //! `benches/compare.py` runs every workload against Concord and reference etcd, alternating.
@@ -17,6 +18,7 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod authed;
 mod report;
 mod workload;
 
@@ -100,6 +102,9 @@ pub struct Args {
     /// The client certificate's key.
     #[arg(long)]
     pub key: Option<std::path::PathBuf>,
+    /// Log in as `name:password` and send the token with every request (auth on).
+    #[arg(long)]
+    pub user: Option<String>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::authed::WithToken as Channel;
 use anyhow::Context as _;
 use concord::pb::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use concord::pb::etcdserverpb::kv_client::KvClient;
@@ -18,7 +19,6 @@ use concord::pb::etcdserverpb::{
 };
 use concord::pb::v3lockpb::lock_client::LockClient;
 use concord::pb::v3lockpb::{LockRequest, UnlockRequest};
-use concord::transport::EagerChannel as Channel;
 use tokio::sync::mpsc;
 use tonic::transport::Endpoint;
 use tonic::Status;
@@ -125,7 +125,7 @@ async fn connect(args: &Args) -> anyhow::Result<Vec<Channel>> {
         // do; tonic alone sends a separate empty frame, which a tonic server waits for.
         channels.push(concord::transport::eager(channel));
     }
-    Ok(channels)
+    crate::authed::authed(channels, args.user.as_deref()).await
 }
 
 fn key(i: usize) -> Vec<u8> {

@@ -111,7 +111,7 @@ impl AuthStore {
             options.bcrypt_cost = password::DEFAULT_COST;
         }
         Ok(AuthStore {
-            state: RwLock::new(Arc::new(load(storage)?)),
+            state: RwLock::new(Arc::new(load(storage)?.with_perms())),
             tokens: token::SimpleTokens::new(options.token_ttl),
             options,
             login_turns: Default::default(),
@@ -124,7 +124,7 @@ impl AuthStore {
     /// # Errors
     /// As [`AuthStore::open`].
     pub fn reload(&self, storage: &Storage) -> StorageResult<()> {
-        let fresh = Arc::new(load(storage)?);
+        let fresh = load(storage)?;
         if !fresh.enabled {
             self.tokens.clear();
         }
@@ -132,7 +132,8 @@ impl AuthStore {
         Ok(())
     }
 
-    fn publish(&self, s: Arc<AuthState>) {
+    fn publish(&self, s: AuthState) {
+        let s = Arc::new(s.with_perms());
         match self.state.write() {
             Ok(mut g) => *g = s,
             Err(poisoned) => *poisoned.into_inner() = s,
@@ -382,7 +383,7 @@ impl AuthStore {
                 enabled = next.enabled,
                 "auth store changed"
             );
-            self.publish(Arc::new(next));
+            self.publish(next);
         }
         Some(Ok(None))
     }

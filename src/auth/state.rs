@@ -7,7 +7,7 @@
 //! `authpb.User` or `authpb.Role` per record, the enabled flag and the revision.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use prost::Message;
 
@@ -45,9 +45,9 @@ pub struct AuthState {
     pub revision: u64,
     users: BTreeMap<String, User>,
     roles: BTreeMap<String, Role>,
-    /// Merged permissions per user, built on first use (etcd's range permission cache); a new
-    /// state starts with an empty cache.
-    perms: Mutex<HashMap<String, Arc<UserPerms>>>,
+    /// Merged permissions per user (etcd's range permission cache), built once per state by
+    /// [`AuthState::with_perms`]: a check reads it without any lock.
+    perms: HashMap<String, Arc<UserPerms>>,
 }
 
 impl Clone for AuthState {
@@ -57,7 +57,7 @@ impl Clone for AuthState {
             revision: self.revision,
             users: self.users.clone(),
             roles: self.roles.clone(),
-            perms: Mutex::new(HashMap::new()),
+            perms: HashMap::new(),
         }
     }
 }
@@ -137,23 +137,33 @@ impl AuthState {
             .is_some_and(|u| u.roles.iter().any(|r| r == ROOT))
     }
 
-    /// The merged permissions of user `name` (cached per state), `None` if there is no such user.
+    /// The merged permissions of user `name`, `None` if there is no such user.
     pub fn perms(&self, name: &str) -> Option<Arc<UserPerms>> {
+        if let Some(p) = self.perms.get(name) {
+            return Some(p.clone());
+        }
         let user = self.users.get(name)?;
-        let mut cache = match self.perms.lock() {
-            Ok(c) => c,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        let perms = cache.entry(name.to_string()).or_insert_with(|| {
-            let root = user.roles.iter().any(|r| r == ROOT);
-            let granted = user
-                .roles
-                .iter()
-                .filter_map(|r| self.roles.get(r))
-                .flat_map(|r| r.key_permission.iter());
-            Arc::new(UserPerms::merge(root, granted))
-        });
-        Some(perms.clone())
+        Some(Arc::new(self.merge(user)))
+    }
+
+    fn merge(&self, user: &User) -> UserPerms {
+        let root = user.roles.iter().any(|r| r == ROOT);
+        let granted = user
+            .roles
+            .iter()
+            .filter_map(|r| self.roles.get(r))
+            .flat_map(|r| r.key_permission.iter());
+        UserPerms::merge(root, granted)
+    }
+
+    /// This state with every user's permissions merged, ready to be published.
+    pub fn with_perms(mut self) -> Self {
+        self.perms = self
+            .users
+            .iter()
+            .map(|(name, user)| (name.clone(), Arc::new(self.merge(user))))
+            .collect();
+        self
     }
 
     fn bumped(mut self, writes: &mut Vec<Write>) -> Self {

@@ -5,7 +5,8 @@
 //! only, as in etcd: a restarted member forgets them and its clients authenticate again.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
@@ -24,11 +25,14 @@ pub fn new_prefix() -> String {
         .collect()
 }
 
-/// The live simple tokens of this member.
+/// The live simple tokens of this member. Looking a token up (every request) takes a shared
+/// lock only; its deadline moves on atomically.
 #[derive(Debug)]
 pub struct SimpleTokens {
     ttl: Duration,
-    tokens: Mutex<HashMap<String, (String, Instant)>>,
+    /// Deadlines are milliseconds after this.
+    origin: Instant,
+    tokens: RwLock<HashMap<String, (String, AtomicU64)>>,
 }
 
 impl SimpleTokens {
@@ -36,12 +40,21 @@ impl SimpleTokens {
     pub fn new(ttl: Duration) -> Self {
         SimpleTokens {
             ttl,
-            tokens: Mutex::new(HashMap::new()),
+            origin: Instant::now(),
+            tokens: RwLock::new(HashMap::new()),
         }
     }
 
-    fn tokens(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, Instant)>> {
-        match self.tokens.lock() {
+    fn deadline(&self) -> u64 {
+        (self.origin.elapsed() + self.ttl).as_millis() as u64
+    }
+
+    fn now(&self) -> u64 {
+        self.origin.elapsed().as_millis() as u64
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, (String, AtomicU64)>> {
+        match self.tokens.write() {
             Ok(t) => t,
             Err(poisoned) => poisoned.into_inner(),
         }
@@ -49,34 +62,39 @@ impl SimpleTokens {
 
     /// Makes `token` name `user` from now on.
     pub fn assign(&self, token: &str, user: &str) {
-        let mut tokens = self.tokens();
-        let now = Instant::now();
+        let now = self.now();
+        let mut tokens = self.write();
         // Dropping expired tokens here keeps the table bounded by the logins of one TTL.
-        tokens.retain(|_, (_, deadline)| *deadline > now);
-        tokens.insert(token.to_string(), (user.to_string(), now + self.ttl));
+        tokens.retain(|_, (_, deadline)| deadline.load(Ordering::Relaxed) > now);
+        tokens.insert(
+            token.to_string(),
+            (user.to_string(), AtomicU64::new(self.deadline())),
+        );
     }
 
     /// The user `token` names, if it is live; its time-to-live restarts.
     pub fn user(&self, token: &str) -> Option<String> {
-        let mut tokens = self.tokens();
-        let now = Instant::now();
-        let (user, deadline) = tokens.get_mut(token)?;
-        if *deadline <= now {
-            tokens.remove(token);
+        let now = self.now();
+        let tokens = match self.tokens.read() {
+            Ok(t) => t,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let (user, deadline) = tokens.get(token)?;
+        if deadline.load(Ordering::Relaxed) <= now {
             return None;
         }
-        *deadline = now + self.ttl;
+        deadline.fetch_max(self.deadline(), Ordering::Relaxed);
         Some(user.clone())
     }
 
     /// Forgets every token of `user` (deleted, or its password changed).
     pub fn invalidate_user(&self, user: &str) {
-        self.tokens().retain(|_, (u, _)| u != user);
+        self.write().retain(|_, (u, _)| u != user);
     }
 
     /// Forgets every token (auth disabled).
     pub fn clear(&self) {
-        self.tokens().clear();
+        self.write().clear();
     }
 }
 
