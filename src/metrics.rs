@@ -221,6 +221,8 @@ pub struct Snapshot {
     pub db_size: u64,
     /// Keys with history in the index.
     pub keys: usize,
+    /// The auth store's revision.
+    pub auth_revision: u64,
     /// Registered watchers.
     pub watchers: usize,
     /// Watchers catching up.
@@ -268,6 +270,11 @@ pub fn render(s: &Snapshot) -> String {
         "etcd_debugging_mvcc_compact_revision",
         "The revision of the last compaction in store.",
         s.compacted as f64,
+    );
+    gauge(
+        "etcd_debugging_auth_revision",
+        "The current revision of auth store.",
+        s.auth_revision as f64,
     );
     gauge(
         "etcd_debugging_mvcc_keys_total",
@@ -444,10 +451,12 @@ mod tests {
             compacted: 0,
             db_size: 10,
             keys: 2,
+            auth_revision: 1,
             watchers: 1,
             slow_watchers: 0,
         });
         assert!(page.contains("etcd_server_has_leader 1"));
+        assert!(page.contains("etcd_debugging_auth_revision 1"));
         assert!(page.contains("etcd_debugging_mvcc_watcher_total 1"));
         assert!(page.contains("# TYPE etcd_disk_wal_fsync_duration_seconds histogram"));
     }

@@ -365,6 +365,7 @@ impl RaftNode {
             compacted: self.mvcc.compacted_revision(),
             db_size: self.storage.disk_space(),
             keys: self.mvcc.key_count(),
+            auth_revision: self.auth.current().revision,
             watchers: watch.watchers,
             slow_watchers: watch.slow_watchers,
         }

@@ -25,9 +25,14 @@ pub async fn post_to(
 
 /// POSTs `body` to `path` at `addr` (host:port); returns the status code and the body.
 async fn post_addr(addr: &str, path: &str, body: &str) -> TestResult<(u16, String)> {
+    post_with(addr, path, body, "").await
+}
+
+/// As [`post_addr`], with `headers` (complete `Name: value\r\n` lines) added.
+async fn post_with(addr: &str, path: &str, body: &str, headers: &str) -> TestResult<(u16, String)> {
     let mut conn = tokio::net::TcpStream::connect(addr).await?;
     let req = format!(
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     conn.write_all(req.as_bytes()).await?;
@@ -172,5 +177,46 @@ async fn http_client_urls_take_the_gateway_and_endpoints_off_the_grpc_urls() -> 
         !answered,
         "the gateway still answered on the gRPC client URL"
     );
+    Ok(())
+}
+
+/// Auth through the gateway as curl users use it: `/v3/auth/*`, then the token in the
+/// `Authorization` header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_takes_the_token_from_the_authorization_header() -> TestResult {
+    let c = Cluster::start(1)?;
+    c.wait_leader(Duration::from_secs(20)).await?;
+    for (path, body) in [
+        ("/v3/auth/user/add", r#"{"name":"root","password":"pw"}"#),
+        ("/v3/auth/user/grant", r#"{"user":"root","role":"root"}"#),
+        ("/v3/auth/enable", "{}"),
+    ] {
+        let (status, text) = post(&c, path, body).await?;
+        assert_eq!(status, 200, "{path}: {text}");
+    }
+    let put = r#"{"key":"Zm9v","value":"YmFy"}"#;
+    let (status, text) = post(&c, "/v3/kv/put", put).await?;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("etcdserver: user name is empty"), "{text}");
+    let (_, login) = post(
+        &c,
+        "/v3/auth/authenticate",
+        r#"{"name":"root","password":"pw"}"#,
+    )
+    .await?;
+    let token = json(&login)?["token"]
+        .as_str()
+        .ok_or("no token")?
+        .to_string();
+    let addr = c.client_url(0)?;
+    let addr = addr.trim_start_matches("http://");
+    let header = format!("Authorization: {token}\r\n");
+    let (status, text) = post_with(addr, "/v3/kv/put", put, &header).await?;
+    assert_eq!(status, 200, "{text}");
+    let (status, text) = post_with(addr, "/v3/kv/put", put, "Authorization: bogus.1\r\n").await?;
+    assert_eq!(status, 401, "{text}");
+    let (status, text) = post_with(addr, "/v3/auth/status", "{}", &header).await?;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(json(&text)?["enabled"], true);
     Ok(())
 }
