@@ -7,7 +7,7 @@ They keep to what etcd 3.5.1 and Concord agree on; the rules etcd tightened in 3
 
 from __future__ import annotations
 
-from .dsl import S, TXN, scenario, txn_input
+from .dsl import S, TXN, W, scenario, txn_input
 
 ROOT = "--user root:rootpw"
 U1 = "--user u1:p1"
@@ -46,6 +46,9 @@ def build_auth_scenarios() -> None:
              "auth enable",                                     # adds the root role itself
              "auth status",
              ROOT + " auth status",
+             ROOT + " auth status -w json",
+             "--user root --password rootpw user list -w json",
+             ROOT + " user get u1 --detail",
              ROOT + " user list",
              ROOT + " role list",
              ROOT + " user delete root",                        # not while auth is on
@@ -70,6 +73,11 @@ def build_auth_scenarios() -> None:
                  flags=U1),
              TXN(txn_input(['value("{P}b") = "x"'], ['put {P}a2 t'], [])),
              TXN(txn_input([], ['put {P}a2 t'], ['put {P}zz f']), flags=U1),
+             W(U1 + " watch {P}b"),                              # canceled: not readable
+             W("watch {P}a1"),                                  # canceled: no user
+             U1 + " lock {P}alock echo locked",
+             U1 + " lock {P}b echo never",
+             U1 + " elect {P}aelect cand1 -l",                   # the leader: none yet
              U1 + " user get u1",                               # its own record
              U1 + " user get root",
              U1 + " user list",

@@ -192,7 +192,10 @@ async fn every_service_is_checked_with_tokens_valid_on_every_member() -> TestRes
         .into_inner();
     let refused = responses.message().await?.ok_or("no response")?;
     assert!(refused.created && refused.canceled && refused.watch_id == -1);
-    assert_eq!(refused.cancel_reason, "etcdserver: permission denied");
+    assert_eq!(
+        refused.cancel_reason,
+        "rpc error: code = PermissionDenied desc = etcdserver: permission denied"
+    );
     let created = responses.message().await?.ok_or("no response")?;
     assert!(created.created && !created.canceled);
     // Maintenance and cluster: Status for root, MemberList for any user.
