@@ -8,11 +8,14 @@
 mod key_index;
 mod lease_table;
 mod range;
+mod records;
 mod revision;
 mod store;
+mod write_txn;
 
 pub use key_index::{Grouped, KeyIndex, KeyRange, KeyRevision};
 pub use lease_table::{LeaseInfo, LeaseTable};
 pub use range::range;
 pub use revision::Revision;
-pub use store::{KvTxn, MvccStore, ReadTxn, WriteTxn};
+pub use store::{KvTxn, MvccStore, ReadTxn};
+pub use write_txn::WriteTxn;

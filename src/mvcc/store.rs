@@ -1,40 +1,39 @@
-//! [`MvccStore`]: the key index and the revision counters over the `kv` keyspace, with read and
-//! write transactions.
+//! [`MvccStore`]: the key index and the revision counters over the `kv` keyspace, with read
+//! transactions here and write transactions in `write_txn.rs` (record layouts: `records.rs`).
 //!
 //! Lock order: the state lock is the only lock here; a [`WriteTxn`] holds it for writing from
 //! start to commit, so readers never see half of a request.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{RwLock, RwLockReadGuard};
 
 use prost::Message;
 
-use super::{Grouped, KeyIndex, KeyRange, KeyRevision, LeaseInfo, LeaseTable, Revision};
+use super::records::{
+    alarm_bit, alarm_bits, decode_alarm_key, decode_as, decode_lease, decode_record, key_value,
+    to_event, IndexFields,
+};
+use super::{Grouped, KeyIndex, KeyRange, KeyRevision, LeaseInfo, LeaseTable, Revision, WriteTxn};
 use crate::error::{Error, Result};
-use crate::pb::mvccpb::event::EventType;
 use crate::pb::mvccpb::{Event, KeyValue};
 use crate::storage::{meta_key, Space, Storage, StorageError, StorageResult};
 
-const PUT_TAG: u8 = b'p';
-const TOMBSTONE_TAG: u8 = b't';
-
 /// What the index and counters say at one moment.
 #[derive(Debug)]
-struct State {
-    index: KeyIndex,
+pub(super) struct State {
+    pub(super) index: KeyIndex,
     /// The current main revision (1 in an empty store, as in etcd).
-    current: i64,
+    pub(super) current: i64,
     /// The last compacted main revision (-1 before any compaction, as in etcd).
-    compacted: i64,
+    pub(super) compacted: i64,
     /// Leases and their keys.
-    leases: LeaseTable,
+    pub(super) leases: LeaseTable,
     /// Raised alarms: (member id, alarm type).
-    alarms: std::collections::BTreeSet<(u64, i32)>,
+    pub(super) alarms: std::collections::BTreeSet<(u64, i32)>,
 }
 
 impl State {
-    fn index_range(&self, range: &KeyRange, at: i64) -> Vec<(Vec<u8>, KeyRevision)> {
+    pub(super) fn index_range(&self, range: &KeyRange, at: i64) -> Vec<(Vec<u8>, KeyRevision)> {
         self.index
             .range(range, at)
             .map(|(k, kr)| (k.to_vec(), *kr))
@@ -94,16 +93,8 @@ impl MvccStore {
     /// # Errors
     /// When the lock is poisoned.
     pub fn write(&self) -> StorageResult<WriteTxn<'_>> {
-        Ok(WriteTxn {
-            storage: &self.storage,
-            state: self.state.write().map_err(|_| poisoned())?,
-            raised: &self.raised,
-            alarms_changed: false,
-            staged: BTreeMap::new(),
-            sub: 0,
-            dirty: false,
-            events: Vec::new(),
-        })
+        let state = self.state.write().map_err(|_| poisoned())?;
+        Ok(WriteTxn::new(&self.storage, state, &self.raised))
     }
 
     /// Every change with `from <= revision <= to`, in revision order, as watch events (a
@@ -233,19 +224,6 @@ impl MvccStore {
     }
 }
 
-/// The bit of alarm type `alarm` in [`MvccStore::raised`] (none for a type out of range).
-fn alarm_bit(alarm: i32) -> Option<u64> {
-    u32::try_from(alarm).ok().and_then(|t| 1u64.checked_shl(t))
-}
-
-/// The bit set of the alarm types in `alarms`.
-fn alarm_bits(alarms: &std::collections::BTreeSet<(u64, i32)>) -> u64 {
-    alarms
-        .iter()
-        .filter_map(|(_, a)| alarm_bit(*a))
-        .fold(0, |bits, bit| bits | bit)
-}
-
 fn poisoned() -> StorageError {
     StorageError("mvcc state lock poisoned".into())
 }
@@ -293,81 +271,6 @@ fn load_state(storage: &Storage) -> StorageResult<State> {
     })
 }
 
-/// The meta key of alarm `alarm` raised by `member`.
-fn alarm_key(member: u64, alarm: i32) -> Vec<u8> {
-    let mut k = meta_key::ALARM.to_vec();
-    k.extend(member.to_be_bytes());
-    k.extend(alarm.to_be_bytes());
-    k
-}
-
-fn decode_alarm_key(k: &[u8]) -> StorageResult<(u64, i32)> {
-    let rest = k.get(meta_key::ALARM.len()..).unwrap_or_default();
-    let member = rest.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok());
-    let alarm = rest.get(8..12).and_then(|b| <[u8; 4]>::try_from(b).ok());
-    match (member, alarm) {
-        (Some(m), Some(a)) if rest.len() == 12 => {
-            Ok((u64::from_be_bytes(m), i32::from_be_bytes(a)))
-        }
-        _ => Err(StorageError(format!("corrupt alarm key {k:?}"))),
-    }
-}
-
-/// A lease record: granted TTL, then the checkpointed remaining TTL (both i64 big-endian).
-fn encode_lease(ttl: i64, remaining: i64) -> Vec<u8> {
-    let mut v = ttl.to_be_bytes().to_vec();
-    v.extend(remaining.to_be_bytes());
-    v
-}
-
-fn decode_lease(v: &[u8]) -> Option<(i64, i64)> {
-    let ttl = v.get(..8)?.try_into().ok().map(i64::from_be_bytes)?;
-    let remaining = v.get(8..16)?.try_into().ok().map(i64::from_be_bytes)?;
-    Some((ttl, remaining))
-}
-
-/// A change as a watch event: a delete carries only the key and the deleting revision.
-fn to_event(tombstone: bool, kv: KeyValue) -> Event {
-    if tombstone {
-        Event {
-            r#type: EventType::Delete as i32,
-            kv: Some(KeyValue {
-                key: kv.key,
-                mod_revision: kv.mod_revision,
-                ..Default::default()
-            }),
-            prev_kv: None,
-        }
-    } else {
-        Event {
-            r#type: EventType::Put as i32,
-            kv: Some(kv),
-            prev_kv: None,
-        }
-    }
-}
-
-fn encode_record(tombstone: bool, kv: &KeyValue) -> Vec<u8> {
-    let mut out = Vec::with_capacity(1 + kv.encoded_len());
-    out.push(if tombstone { TOMBSTONE_TAG } else { PUT_TAG });
-    kv.encode(&mut out).unwrap_or_default();
-    out
-}
-
-/// Decodes a stored record as `M` (the whole `KeyValue`, or just the fields the index needs);
-/// returns whether it is a tombstone.
-fn decode_as<M: Message + Default>(bytes: &[u8]) -> StorageResult<(bool, M)> {
-    let (tag, body) = bytes
-        .split_first()
-        .ok_or_else(|| StorageError("empty mvcc record".into()))?;
-    let msg = M::decode(body).map_err(|e| StorageError(format!("corrupt record: {e}")))?;
-    Ok((*tag == TOMBSTONE_TAG, msg))
-}
-
-fn decode_record(bytes: &[u8]) -> StorageResult<(bool, KeyValue)> {
-    decode_as(bytes)
-}
-
 /// Rebuilds the key index from every stored change. The two halves of the revision space are
 /// read and decoded on two threads, then the changes are sorted by key (stably, so each key's
 /// revisions stay in order) and the tree is built from sorted input: a million keys load in
@@ -407,20 +310,6 @@ fn read_changes(storage: &Storage, from: &[u8], to: Option<&[u8]>) -> StorageRes
     Ok(Grouped::new(changes))
 }
 
-/// The fields of a stored `mvccpb.KeyValue` the key index needs: decoding skips the value
-/// (field 5) instead of copying it, which is most of a start-up scan.
-#[derive(Clone, PartialEq, prost::Message)]
-struct IndexFields {
-    #[prost(bytes = "vec", tag = "1")]
-    key: Vec<u8>,
-    #[prost(int64, tag = "2")]
-    create_revision: i64,
-    #[prost(int64, tag = "4")]
-    version: i64,
-    #[prost(int64, tag = "6")]
-    lease: i64,
-}
-
 /// Operations a request runs against the store, shared by reads and writes so that request
 /// semantics (range options, txn) are written once.
 pub trait KvTxn {
@@ -451,18 +340,11 @@ pub trait KvTxn {
     fn delete_range(&mut self, range: &KeyRange, with_values: bool) -> Result<Vec<KeyValue>>;
 }
 
-fn key_value(key: &[u8], change: &KeyRevision, value: Vec<u8>) -> KeyValue {
-    KeyValue {
-        key: key.to_vec(),
-        create_revision: change.create_revision,
-        mod_revision: change.rev.main,
-        version: change.version,
-        value,
-        lease: change.lease,
-    }
-}
-
-fn load_from_disk(storage: &Storage, key: &[u8], change: &KeyRevision) -> Result<KeyValue> {
+pub(super) fn load_from_disk(
+    storage: &Storage,
+    key: &[u8],
+    change: &KeyRevision,
+) -> Result<KeyValue> {
     let bytes = storage
         .get(Space::Kv, &change.rev.to_bytes())
         .map_err(|_| Error::Storage)?
@@ -504,257 +386,5 @@ impl KvTxn for ReadTxn<'_> {
 
     fn delete_range(&mut self, _: &KeyRange, _: bool) -> Result<Vec<KeyValue>> {
         Err(Error::Storage)
-    }
-}
-
-/// A write of one or more requests into one atomic batch (the apply path's unit of work).
-///
-/// Call [`WriteTxn::end_request`] after each request: a request that changed anything takes the
-/// next main revision, and its changes get sub-revisions 0, 1, 2, ...
-pub struct WriteTxn<'a> {
-    storage: &'a Storage,
-    state: RwLockWriteGuard<'a, State>,
-    /// The store's published alarm bits, updated by [`WriteTxn::commit`] when this batch
-    /// raised or cleared an alarm.
-    raised: &'a AtomicU64,
-    alarms_changed: bool,
-    /// Writes of this batch by keyspace and key (`None` deletes), readable before commit and
-    /// written as one fjall batch by [`WriteTxn::commit`].
-    staged: BTreeMap<(Space, Vec<u8>), Option<Vec<u8>>>,
-    /// Changes made by the current request.
-    sub: i64,
-    /// Whether anything was written since the batch began.
-    dirty: bool,
-    /// The changes of this batch, in revision order, for watchers.
-    events: Vec<Event>,
-}
-
-impl WriteTxn<'_> {
-    fn next_revision(&mut self) -> Revision {
-        let rev = Revision::new(self.state.current + 1, self.sub);
-        self.sub += 1;
-        rev
-    }
-
-    fn record(&mut self, key: &[u8], change: KeyRevision, value: &[u8]) {
-        let kv = key_value(key, &change, value.to_vec());
-        let bytes = encode_record(change.is_tombstone(), &kv);
-        self.staged
-            .insert((Space::Kv, change.rev.to_bytes().to_vec()), Some(bytes));
-        self.state.index.push(key, change);
-        self.dirty = true;
-        self.events.push(to_event(change.is_tombstone(), kv));
-    }
-
-    /// Closes the current request; returns the revision it produced (the current revision if it
-    /// changed nothing).
-    pub fn end_request(&mut self) -> i64 {
-        if self.sub > 0 {
-            self.state.current += 1;
-            self.sub = 0;
-        }
-        self.state.current
-    }
-
-    /// Compacts history below `at`.
-    ///
-    /// # Errors
-    /// [`Error::Compacted`] if `at` is not above the last compaction, [`Error::FutureRevision`]
-    /// if it is above the current revision.
-    pub fn compact(&mut self, at: i64) -> Result<()> {
-        if at <= self.state.compacted {
-            return Err(Error::Compacted);
-        }
-        if at > self.state.current {
-            return Err(Error::FutureRevision);
-        }
-        for rev in self.state.index.compact(at) {
-            self.staged
-                .insert((Space::Kv, rev.to_bytes().to_vec()), None);
-        }
-        self.state.compacted = at;
-        self.set_meta(meta_key::COMPACTED, &at.to_be_bytes());
-        self.dirty = true;
-        Ok(())
-    }
-
-    /// Grants a lease.
-    ///
-    /// # Errors
-    /// [`Error::LeaseExists`].
-    pub fn grant_lease(&mut self, id: i64, ttl: i64) -> Result<()> {
-        if self.state.leases.contains(id) {
-            return Err(Error::LeaseExists);
-        }
-        self.state.leases.grant(id, ttl, 0);
-        self.staged.insert(
-            (Space::Lease, id.to_be_bytes().to_vec()),
-            Some(encode_lease(ttl, 0)),
-        );
-        Ok(())
-    }
-
-    /// Records a lease's remaining TTL (leases that are gone are skipped).
-    pub fn checkpoint_lease(&mut self, id: i64, remaining: i64) {
-        if let Some(ttl) = self.state.leases.checkpoint(id, remaining) {
-            self.staged.insert(
-                (Space::Lease, id.to_be_bytes().to_vec()),
-                Some(encode_lease(ttl, remaining)),
-            );
-        }
-    }
-
-    /// Revokes a lease, deleting every key attached to it within the current request.
-    ///
-    /// # Errors
-    /// [`Error::LeaseNotFound`], or a storage failure.
-    pub fn revoke_lease(&mut self, id: i64) -> Result<()> {
-        let lease = self.state.leases.remove(id).ok_or(Error::LeaseNotFound)?;
-        self.staged
-            .insert((Space::Lease, id.to_be_bytes().to_vec()), None);
-        for key in lease.keys {
-            self.delete_range(&KeyRange::Single(key), false)?;
-        }
-        Ok(())
-    }
-
-    /// Adds a metadata write (applied index, membership) to the batch.
-    pub fn set_meta(&mut self, key: &[u8], value: &[u8]) {
-        self.staged
-            .insert((Space::Meta, key.to_vec()), Some(value.to_vec()));
-    }
-
-    /// Adds a metadata delete to the batch.
-    pub fn remove_meta(&mut self, key: &[u8]) {
-        self.staged.insert((Space::Meta, key.to_vec()), None);
-    }
-
-    /// The keys attached to lease `id` (none if it does not exist).
-    pub fn lease_keys(&self, id: i64) -> Vec<Vec<u8>> {
-        self.state
-            .leases
-            .get(id)
-            .map(|l| l.keys.iter().cloned().collect())
-            .unwrap_or_default()
-    }
-
-    /// Raises (`on`) or clears an alarm; true if that changed anything.
-    pub fn set_alarm(&mut self, member: u64, alarm: i32, on: bool) -> bool {
-        let changed = if on {
-            self.state.alarms.insert((member, alarm))
-        } else {
-            self.state.alarms.remove(&(member, alarm))
-        };
-        if changed {
-            self.alarms_changed = true;
-            let key = alarm_key(member, alarm);
-            self.staged.insert((Space::Meta, key), on.then(Vec::new));
-        }
-        changed
-    }
-
-    /// Whether any member raised alarm `alarm`.
-    pub fn has_alarm(&self, alarm: i32) -> bool {
-        self.state.alarms.iter().any(|(_, a)| *a == alarm)
-    }
-
-    /// Makes room for the events of `requests` more requests (a proposal batch of tens of puts
-    /// otherwise regrows, and moves, the event list several times).
-    pub fn reserve_events(&mut self, requests: usize) {
-        self.events.reserve(requests);
-    }
-
-    /// Commits the batch atomically; readers see it from now on. Returns the batch's events in
-    /// revision order, for the watch hub.
-    ///
-    /// # Errors
-    /// When the batch cannot be written: the member must stop, its memory is ahead of its disk.
-    pub fn commit(mut self) -> StorageResult<Vec<Event>> {
-        if self.dirty {
-            let current = self.state.current;
-            self.set_meta(meta_key::REVISION, &current.to_be_bytes());
-        }
-        let mut batch = self.storage.batch();
-        for ((space, key), value) in std::mem::take(&mut self.staged) {
-            match value {
-                Some(v) => batch.insert(space, &key, &v),
-                None => batch.remove(space, &key),
-            }
-        }
-        batch.commit()?;
-        if self.alarms_changed {
-            self.raised
-                .store(alarm_bits(&self.state.alarms), Ordering::Release);
-        }
-        Ok(self.events)
-    }
-}
-
-impl KvTxn for WriteTxn<'_> {
-    fn read_revision(&self) -> i64 {
-        self.state.current + i64::from(self.sub > 0)
-    }
-
-    fn compacted_revision(&self) -> i64 {
-        self.state.compacted
-    }
-
-    fn index_range(&self, range: &KeyRange, at: i64) -> Vec<(Vec<u8>, KeyRevision)> {
-        self.state.index_range(range, at)
-    }
-
-    fn load(&self, key: &[u8], change: &KeyRevision) -> Result<KeyValue> {
-        let staged = self
-            .staged
-            .get(&(Space::Kv, change.rev.to_bytes().to_vec()));
-        match staged {
-            Some(Some(bytes)) => {
-                let (_, kv) = decode_record(bytes).map_err(|_| Error::Storage)?;
-                Ok(key_value(key, change, kv.value))
-            }
-            _ => load_from_disk(self.storage, key, change),
-        }
-    }
-
-    fn put(&mut self, key: &[u8], value: &[u8], lease: i64) -> Result<()> {
-        // The index holds everything a put needs of the previous version: no disk read.
-        let prev = self.state.index.get(key, self.read_revision()).copied();
-        let rev = self.next_revision();
-        let change = KeyRevision {
-            rev,
-            create_revision: prev.map_or(rev.main, |p| p.create_revision),
-            version: prev.map_or(1, |p| p.version + 1),
-            lease,
-        };
-        if let Some(p) = prev.filter(|p| p.lease != 0) {
-            self.state.leases.detach(p.lease, key);
-        }
-        if lease != 0 {
-            self.state.leases.attach(lease, key);
-        }
-        self.record(key, change, value);
-        Ok(())
-    }
-
-    fn lease_exists(&self, id: i64) -> bool {
-        self.state.leases.contains(id)
-    }
-
-    fn delete_range(&mut self, range: &KeyRange, with_values: bool) -> Result<Vec<KeyValue>> {
-        let at = self.read_revision();
-        let mut deleted = Vec::new();
-        for (key, kr) in self.index_range(range, at) {
-            if kr.lease != 0 {
-                self.state.leases.detach(kr.lease, &key);
-            }
-            deleted.push(if with_values {
-                self.load(&key, &kr)?
-            } else {
-                key_value(&key, &kr, Vec::new())
-            });
-            let rev = self.next_revision();
-            self.record(&key, KeyRevision::tombstone(rev), b"");
-        }
-        Ok(deleted)
     }
 }

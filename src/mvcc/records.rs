@@ -1,0 +1,126 @@
+//! How the store's records are laid out on disk: MVCC records (a tag byte, then the protobuf
+//! `KeyValue`), lease records, alarm keys; and the conversions between records, key-values and
+//! watch events.
+
+use prost::Message;
+
+use super::KeyRevision;
+use crate::pb::mvccpb::event::EventType;
+use crate::pb::mvccpb::{Event, KeyValue};
+use crate::storage::{meta_key, StorageError, StorageResult};
+
+const PUT_TAG: u8 = b'p';
+const TOMBSTONE_TAG: u8 = b't';
+
+/// The bit of alarm type `alarm` in [`MvccStore::raised`] (none for a type out of range).
+pub(super) fn alarm_bit(alarm: i32) -> Option<u64> {
+    u32::try_from(alarm).ok().and_then(|t| 1u64.checked_shl(t))
+}
+
+/// The bit set of the alarm types in `alarms`.
+pub(super) fn alarm_bits(alarms: &std::collections::BTreeSet<(u64, i32)>) -> u64 {
+    alarms
+        .iter()
+        .filter_map(|(_, a)| alarm_bit(*a))
+        .fold(0, |bits, bit| bits | bit)
+}
+
+/// The meta key of alarm `alarm` raised by `member`.
+pub(super) fn alarm_key(member: u64, alarm: i32) -> Vec<u8> {
+    let mut k = meta_key::ALARM.to_vec();
+    k.extend(member.to_be_bytes());
+    k.extend(alarm.to_be_bytes());
+    k
+}
+
+pub(super) fn decode_alarm_key(k: &[u8]) -> StorageResult<(u64, i32)> {
+    let rest = k.get(meta_key::ALARM.len()..).unwrap_or_default();
+    let member = rest.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok());
+    let alarm = rest.get(8..12).and_then(|b| <[u8; 4]>::try_from(b).ok());
+    match (member, alarm) {
+        (Some(m), Some(a)) if rest.len() == 12 => {
+            Ok((u64::from_be_bytes(m), i32::from_be_bytes(a)))
+        }
+        _ => Err(StorageError(format!("corrupt alarm key {k:?}"))),
+    }
+}
+
+/// A lease record: granted TTL, then the checkpointed remaining TTL (both i64 big-endian).
+pub(super) fn encode_lease(ttl: i64, remaining: i64) -> Vec<u8> {
+    let mut v = ttl.to_be_bytes().to_vec();
+    v.extend(remaining.to_be_bytes());
+    v
+}
+
+pub(super) fn decode_lease(v: &[u8]) -> Option<(i64, i64)> {
+    let ttl = v.get(..8)?.try_into().ok().map(i64::from_be_bytes)?;
+    let remaining = v.get(8..16)?.try_into().ok().map(i64::from_be_bytes)?;
+    Some((ttl, remaining))
+}
+
+/// A change as a watch event: a delete carries only the key and the deleting revision.
+pub(super) fn to_event(tombstone: bool, kv: KeyValue) -> Event {
+    if tombstone {
+        Event {
+            r#type: EventType::Delete as i32,
+            kv: Some(KeyValue {
+                key: kv.key,
+                mod_revision: kv.mod_revision,
+                ..Default::default()
+            }),
+            prev_kv: None,
+        }
+    } else {
+        Event {
+            r#type: EventType::Put as i32,
+            kv: Some(kv),
+            prev_kv: None,
+        }
+    }
+}
+
+pub(super) fn encode_record(tombstone: bool, kv: &KeyValue) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + kv.encoded_len());
+    out.push(if tombstone { TOMBSTONE_TAG } else { PUT_TAG });
+    kv.encode(&mut out).unwrap_or_default();
+    out
+}
+
+/// Decodes a stored record as `M` (the whole `KeyValue`, or just the fields the index needs);
+/// returns whether it is a tombstone.
+pub(super) fn decode_as<M: Message + Default>(bytes: &[u8]) -> StorageResult<(bool, M)> {
+    let (tag, body) = bytes
+        .split_first()
+        .ok_or_else(|| StorageError("empty mvcc record".into()))?;
+    let msg = M::decode(body).map_err(|e| StorageError(format!("corrupt record: {e}")))?;
+    Ok((*tag == TOMBSTONE_TAG, msg))
+}
+
+pub(super) fn decode_record(bytes: &[u8]) -> StorageResult<(bool, KeyValue)> {
+    decode_as(bytes)
+}
+
+/// The fields of a stored `mvccpb.KeyValue` the key index needs: decoding skips the value
+/// (field 5) instead of copying it, which is most of a start-up scan.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(super) struct IndexFields {
+    #[prost(bytes = "vec", tag = "1")]
+    pub(super) key: Vec<u8>,
+    #[prost(int64, tag = "2")]
+    pub(super) create_revision: i64,
+    #[prost(int64, tag = "4")]
+    pub(super) version: i64,
+    #[prost(int64, tag = "6")]
+    pub(super) lease: i64,
+}
+
+pub(super) fn key_value(key: &[u8], change: &KeyRevision, value: Vec<u8>) -> KeyValue {
+    KeyValue {
+        key: key.to_vec(),
+        create_revision: change.create_revision,
+        mod_revision: change.rev.main,
+        version: change.version,
+        value,
+        lease: change.lease,
+    }
+}

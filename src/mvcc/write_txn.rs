@@ -1,0 +1,284 @@
+//! [`WriteTxn`]: the apply path's atomic batch of one or more requests over the store.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLockWriteGuard;
+
+use super::records::{
+    alarm_bits, alarm_key, decode_record, encode_lease, encode_record, key_value, to_event,
+};
+use super::store::{load_from_disk, KvTxn, State};
+use super::{KeyRange, KeyRevision, Revision};
+use crate::error::{Error, Result};
+use crate::pb::mvccpb::{Event, KeyValue};
+use crate::storage::{meta_key, Space, Storage, StorageResult};
+
+/// A write of one or more requests into one atomic batch (the apply path's unit of work).
+///
+/// Call [`WriteTxn::end_request`] after each request: a request that changed anything takes the
+/// next main revision, and its changes get sub-revisions 0, 1, 2, ...
+pub struct WriteTxn<'a> {
+    storage: &'a Storage,
+    state: RwLockWriteGuard<'a, State>,
+    /// The store's published alarm bits, updated by [`WriteTxn::commit`] when this batch
+    /// raised or cleared an alarm.
+    raised: &'a AtomicU64,
+    alarms_changed: bool,
+    /// Writes of this batch by keyspace and key (`None` deletes), readable before commit and
+    /// written as one fjall batch by [`WriteTxn::commit`].
+    staged: BTreeMap<(Space, Vec<u8>), Option<Vec<u8>>>,
+    /// Changes made by the current request.
+    sub: i64,
+    /// Whether anything was written since the batch began.
+    dirty: bool,
+    /// The changes of this batch, in revision order, for watchers.
+    events: Vec<Event>,
+}
+
+impl<'a> WriteTxn<'a> {
+    /// A write over `state` (locked for writing until commit or drop).
+    pub(super) fn new(
+        storage: &'a Storage,
+        state: RwLockWriteGuard<'a, State>,
+        raised: &'a AtomicU64,
+    ) -> Self {
+        WriteTxn {
+            storage,
+            state,
+            raised,
+            alarms_changed: false,
+            staged: BTreeMap::new(),
+            sub: 0,
+            dirty: false,
+            events: Vec::new(),
+        }
+    }
+
+    fn next_revision(&mut self) -> Revision {
+        let rev = Revision::new(self.state.current + 1, self.sub);
+        self.sub += 1;
+        rev
+    }
+
+    fn record(&mut self, key: &[u8], change: KeyRevision, value: &[u8]) {
+        let kv = key_value(key, &change, value.to_vec());
+        let bytes = encode_record(change.is_tombstone(), &kv);
+        self.staged
+            .insert((Space::Kv, change.rev.to_bytes().to_vec()), Some(bytes));
+        self.state.index.push(key, change);
+        self.dirty = true;
+        self.events.push(to_event(change.is_tombstone(), kv));
+    }
+
+    /// Closes the current request; returns the revision it produced (the current revision if it
+    /// changed nothing).
+    pub fn end_request(&mut self) -> i64 {
+        if self.sub > 0 {
+            self.state.current += 1;
+            self.sub = 0;
+        }
+        self.state.current
+    }
+
+    /// Compacts history below `at`.
+    ///
+    /// # Errors
+    /// [`Error::Compacted`] if `at` is not above the last compaction, [`Error::FutureRevision`]
+    /// if it is above the current revision.
+    pub fn compact(&mut self, at: i64) -> Result<()> {
+        if at <= self.state.compacted {
+            return Err(Error::Compacted);
+        }
+        if at > self.state.current {
+            return Err(Error::FutureRevision);
+        }
+        for rev in self.state.index.compact(at) {
+            self.staged
+                .insert((Space::Kv, rev.to_bytes().to_vec()), None);
+        }
+        self.state.compacted = at;
+        self.set_meta(meta_key::COMPACTED, &at.to_be_bytes());
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Grants a lease.
+    ///
+    /// # Errors
+    /// [`Error::LeaseExists`].
+    pub fn grant_lease(&mut self, id: i64, ttl: i64) -> Result<()> {
+        if self.state.leases.contains(id) {
+            return Err(Error::LeaseExists);
+        }
+        self.state.leases.grant(id, ttl, 0);
+        self.staged.insert(
+            (Space::Lease, id.to_be_bytes().to_vec()),
+            Some(encode_lease(ttl, 0)),
+        );
+        Ok(())
+    }
+
+    /// Records a lease's remaining TTL (leases that are gone are skipped).
+    pub fn checkpoint_lease(&mut self, id: i64, remaining: i64) {
+        if let Some(ttl) = self.state.leases.checkpoint(id, remaining) {
+            self.staged.insert(
+                (Space::Lease, id.to_be_bytes().to_vec()),
+                Some(encode_lease(ttl, remaining)),
+            );
+        }
+    }
+
+    /// Revokes a lease, deleting every key attached to it within the current request.
+    ///
+    /// # Errors
+    /// [`Error::LeaseNotFound`], or a storage failure.
+    pub fn revoke_lease(&mut self, id: i64) -> Result<()> {
+        let lease = self.state.leases.remove(id).ok_or(Error::LeaseNotFound)?;
+        self.staged
+            .insert((Space::Lease, id.to_be_bytes().to_vec()), None);
+        for key in lease.keys {
+            self.delete_range(&KeyRange::Single(key), false)?;
+        }
+        Ok(())
+    }
+
+    /// Adds a metadata write (applied index, membership) to the batch.
+    pub fn set_meta(&mut self, key: &[u8], value: &[u8]) {
+        self.staged
+            .insert((Space::Meta, key.to_vec()), Some(value.to_vec()));
+    }
+
+    /// Adds a metadata delete to the batch.
+    pub fn remove_meta(&mut self, key: &[u8]) {
+        self.staged.insert((Space::Meta, key.to_vec()), None);
+    }
+
+    /// The keys attached to lease `id` (none if it does not exist).
+    pub fn lease_keys(&self, id: i64) -> Vec<Vec<u8>> {
+        self.state
+            .leases
+            .get(id)
+            .map(|l| l.keys.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Raises (`on`) or clears an alarm; true if that changed anything.
+    pub fn set_alarm(&mut self, member: u64, alarm: i32, on: bool) -> bool {
+        let changed = if on {
+            self.state.alarms.insert((member, alarm))
+        } else {
+            self.state.alarms.remove(&(member, alarm))
+        };
+        if changed {
+            self.alarms_changed = true;
+            let key = alarm_key(member, alarm);
+            self.staged.insert((Space::Meta, key), on.then(Vec::new));
+        }
+        changed
+    }
+
+    /// Whether any member raised alarm `alarm`.
+    pub fn has_alarm(&self, alarm: i32) -> bool {
+        self.state.alarms.iter().any(|(_, a)| *a == alarm)
+    }
+
+    /// Makes room for the events of `requests` more requests (a proposal batch of tens of puts
+    /// otherwise regrows, and moves, the event list several times).
+    pub fn reserve_events(&mut self, requests: usize) {
+        self.events.reserve(requests);
+    }
+
+    /// Commits the batch atomically; readers see it from now on. Returns the batch's events in
+    /// revision order, for the watch hub.
+    ///
+    /// # Errors
+    /// When the batch cannot be written: the member must stop, its memory is ahead of its disk.
+    pub fn commit(mut self) -> StorageResult<Vec<Event>> {
+        if self.dirty {
+            let current = self.state.current;
+            self.set_meta(meta_key::REVISION, &current.to_be_bytes());
+        }
+        let mut batch = self.storage.batch();
+        for ((space, key), value) in std::mem::take(&mut self.staged) {
+            match value {
+                Some(v) => batch.insert(space, &key, &v),
+                None => batch.remove(space, &key),
+            }
+        }
+        batch.commit()?;
+        if self.alarms_changed {
+            self.raised
+                .store(alarm_bits(&self.state.alarms), Ordering::Release);
+        }
+        Ok(self.events)
+    }
+}
+
+impl KvTxn for WriteTxn<'_> {
+    fn read_revision(&self) -> i64 {
+        self.state.current + i64::from(self.sub > 0)
+    }
+
+    fn compacted_revision(&self) -> i64 {
+        self.state.compacted
+    }
+
+    fn index_range(&self, range: &KeyRange, at: i64) -> Vec<(Vec<u8>, KeyRevision)> {
+        self.state.index_range(range, at)
+    }
+
+    fn load(&self, key: &[u8], change: &KeyRevision) -> Result<KeyValue> {
+        let staged = self
+            .staged
+            .get(&(Space::Kv, change.rev.to_bytes().to_vec()));
+        match staged {
+            Some(Some(bytes)) => {
+                let (_, kv) = decode_record(bytes).map_err(|_| Error::Storage)?;
+                Ok(key_value(key, change, kv.value))
+            }
+            _ => load_from_disk(self.storage, key, change),
+        }
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8], lease: i64) -> Result<()> {
+        // The index holds everything a put needs of the previous version: no disk read.
+        let prev = self.state.index.get(key, self.read_revision()).copied();
+        let rev = self.next_revision();
+        let change = KeyRevision {
+            rev,
+            create_revision: prev.map_or(rev.main, |p| p.create_revision),
+            version: prev.map_or(1, |p| p.version + 1),
+            lease,
+        };
+        if let Some(p) = prev.filter(|p| p.lease != 0) {
+            self.state.leases.detach(p.lease, key);
+        }
+        if lease != 0 {
+            self.state.leases.attach(lease, key);
+        }
+        self.record(key, change, value);
+        Ok(())
+    }
+
+    fn lease_exists(&self, id: i64) -> bool {
+        self.state.leases.contains(id)
+    }
+
+    fn delete_range(&mut self, range: &KeyRange, with_values: bool) -> Result<Vec<KeyValue>> {
+        let at = self.read_revision();
+        let mut deleted = Vec::new();
+        for (key, kr) in self.index_range(range, at) {
+            if kr.lease != 0 {
+                self.state.leases.detach(kr.lease, &key);
+            }
+            deleted.push(if with_values {
+                self.load(&key, &kr)?
+            } else {
+                key_value(&key, &kr, Vec::new())
+            });
+            let rev = self.next_revision();
+            self.record(&key, KeyRevision::tombstone(rev), b"");
+        }
+        Ok(deleted)
+    }
+}
