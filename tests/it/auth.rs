@@ -436,3 +436,27 @@ async fn jwt_tokens_signed_by_one_member_are_accepted_by_every_member() -> TestR
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_simple_token_expires_after_its_ttl_without_use_and_lives_on_while_used() -> TestResult {
+    let c = Cluster::start_with(1, &["--auth-token-ttl", "3"])?;
+    c.wait_leader(Duration::from_secs(20)).await?;
+    setup(&c).await?;
+    let used = login(&c, 0, "u", "upw").await?;
+    let idle = login(&c, 0, "u", "upw").await?;
+    let mut kv = c.kv(0).await?;
+    // Used every 0.3 s for over four seconds: its 3 s TTL restarts with each use; the idle
+    // one is past it.
+    for i in 0..14 {
+        kv.put(with_token(put_req(&format!("a/{i}")), &used)?)
+            .await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    denied(
+        kv.put(with_token(put_req("a/x"), &idle)?).await,
+        Code::Unauthenticated,
+        "etcdserver: invalid auth token",
+    );
+    kv.put(with_token(put_req("a/y"), &used)?).await?;
+    Ok(())
+}
