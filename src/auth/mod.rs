@@ -91,7 +91,7 @@ pub struct AuthStore {
 }
 
 fn load(storage: &Storage) -> StorageResult<AuthState> {
-    let records = storage.scan_prefix(Space::Meta, b"m/auth/")?;
+    let records = storage.scan_prefix(Space::Meta, state::key::PREFIX)?;
     AuthState::load(records.iter().map(|(k, v)| (k.as_slice(), v.as_slice())))
         .map_err(|e| crate::storage::StorageError(format!("auth store: {e}")))
 }

@@ -23,6 +23,8 @@ pub const ROOT: &str = "root";
 
 /// Metadata keys of the auth store (inside the replicated `m/` prefix).
 pub mod key {
+    /// Every auth record starts with this.
+    pub const PREFIX: &[u8] = b"m/auth/";
     /// 1 byte: 1 when auth is enabled.
     pub const ENABLED: &[u8] = b"m/auth/enabled";
     /// u64 BE: the auth revision.

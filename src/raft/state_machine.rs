@@ -375,11 +375,11 @@ pub fn restore_snapshot(storage: &Storage, bytes: &[u8]) -> Result<i64, String> 
             batch.insert(Space::Meta, key, v);
         }
     }
-    for (k, v) in body
-        .replicated_meta
-        .iter()
-        .filter(|(k, _)| k.starts_with(meta_key::ALARM))
-    {
+    // Alarms and the auth store (users, roles, enabled) carry over to the new cluster, as in
+    // etcd; members and removals belong to the old one.
+    for (k, v) in body.replicated_meta.iter().filter(|(k, _)| {
+        k.starts_with(meta_key::ALARM) || k.starts_with(crate::auth::state::key::PREFIX)
+    }) {
         batch.insert(Space::Meta, k, v);
     }
     batch.commit().map_err(|e| e.to_string())?;

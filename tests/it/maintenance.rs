@@ -1,13 +1,18 @@
 //! Maintenance on real processes: HashKV agrees across members and survives a snapshot restore
-//! into a new cluster; the NOSPACE alarm under a tiny quota and its recovery; MoveLeader.
+//! into a new cluster (users and roles too); the NOSPACE alarm under a tiny quota and its
+//! recovery; MoveLeader.
 
 use std::time::{Duration, Instant};
 
 use concord::pb::etcdserverpb::alarm_request::AlarmAction;
+use concord::pb::etcdserverpb::auth_client::AuthClient;
 use concord::pb::etcdserverpb::maintenance_client::MaintenanceClient;
 use concord::pb::etcdserverpb::{
     AlarmMember, AlarmRequest, AlarmType, CompactionRequest, DefragmentRequest, DeleteRangeRequest,
     HashKvRequest, MoveLeaderRequest, PutRequest, SnapshotRequest, StatusRequest,
+};
+use concord::pb::etcdserverpb::{
+    AuthRoleAddRequest, AuthRoleListRequest, AuthUserAddRequest, AuthUserListRequest,
 };
 use tonic::transport::Channel;
 
@@ -60,6 +65,17 @@ async fn a_snapshot_restores_into_a_new_cluster_with_the_same_hashkv() -> TestRe
     })
     .await?;
     grant(&c, 1, 600).await?;
+    // Users and roles travel with the snapshot (auth stays off: HashKV and Snapshot are root's
+    // once it is on).
+    let mut auth = AuthClient::connect(c.client_url(0)?).await?;
+    auth.user_add(AuthUserAddRequest {
+        name: "alice".into(),
+        password: "pw".into(),
+        ..Default::default()
+    })
+    .await?;
+    auth.role_add(AuthRoleAddRequest { name: "r".into() })
+        .await?;
     let revision = put(&c, 2, "last", "x").await?;
     let source = hashes(&c, &[0, 1, 2], revision).await?;
     assert!(
@@ -132,6 +148,19 @@ async fn a_snapshot_restores_into_a_new_cluster_with_the_same_hashkv() -> TestRe
     assert_eq!(copies, source, "the restored cluster differs");
     // The restored cluster goes on from the snapshot's revision.
     assert_eq!(put(&restored, 0, "after", "y").await?, revision + 1);
+    let mut auth = AuthClient::connect(restored.client_url(2)?).await?;
+    let users = auth
+        .user_list(AuthUserListRequest {})
+        .await?
+        .into_inner()
+        .users;
+    assert_eq!(users, vec!["alice".to_string()]);
+    let roles = auth
+        .role_list(AuthRoleListRequest {})
+        .await?
+        .into_inner()
+        .roles;
+    assert_eq!(roles, vec!["r".to_string()]);
     Ok(())
 }
 
