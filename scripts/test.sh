@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test: formatting and lints, unit and integration tests (real processes, a 3-member
 # cluster with kill -9), the differential etcdctl tests against reference etcd 3.5.1 with
-# etcdctl 3.5 and 3.4, on one member and on three, and over TLS with etcdctl 3.5 (openssl-made
-# certificates and client-cert auth on three members, --auto-tls on one), the operator commands
-# on three members, and the fault suite's failover check and short mode (every fault kind
-# against a 3-member cluster in network namespaces; needs root). Installs what it needs by itself.
+# etcdctl 3.5 and 3.4 (auth included), on one member and on three, and over TLS with etcdctl 3.5
+# (openssl-made certificates and client-cert auth on three members, --auto-tls on one), the
+# operator commands on three members, the benchmark tools with and without auth, and the fault
+# suite's failover check and short mode (every fault kind against a 3-member cluster in network
+# namespaces; needs root). Installs what it needs by itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ref=$(scripts/install-test-tools.sh)
@@ -27,6 +28,7 @@ python3 etcdctl-tests/opstest.py --server target/debug/concord --etcd-dir "$ref"
 # The load tool and the comparison script still work (one short round; numbers are meaningless
 # on a debug build, see benches/RESULTS.md for real ones).
 python3 benches/compare.py --smoke --etcd-dir "$ref" --concord target/debug/concord --bench target/debug/concord-bench
+python3 benches/compare.py --smoke --auth --etcd-dir "$ref" --concord target/debug/concord --bench target/debug/concord-bench
 # Failover: a SIGSTOPped or partitioned-away leader is replaced (and writes succeed on the other
 # members) while it is still silent; a follower back from a partition does not depose the leader.
 target/debug/concord-faults --mode failover
