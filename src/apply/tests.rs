@@ -163,6 +163,9 @@ fn compaction_rejects_old_reads_and_keeps_newer_ones() -> TestResult {
         at4.kvs.first().map(|kv| kv.value.clone()),
         Some(b"2".to_vec())
     );
+    // HashKV hashes at the compacted revision itself, as etcd's (only below it is compacted).
+    assert!(f.store.hash_kv(4).is_ok());
+    assert_eq!(f.store.hash_kv(3).err(), Some(Error::Compacted));
     let again = f.apply(Op::Compaction(CompactionRequest {
         revision: 4,
         physical: true,

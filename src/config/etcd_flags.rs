@@ -246,15 +246,11 @@ pub const FLAGS: &[Flag] = &[
     // experimental
     f("experimental-initial-corrupt-check", Bool, Implemented),
     f("experimental-corrupt-check-time", Duration, Implemented),
-    f(
-        "experimental-compact-hash-check-enabled",
-        Bool,
-        NoEffect("not implemented yet"),
-    ),
+    f("experimental-compact-hash-check-enabled", Bool, Implemented),
     f(
         "experimental-compact-hash-check-time",
         Duration,
-        NoEffect("not implemented yet"),
+        Implemented,
     ),
     f(
         "experimental-enable-lease-checkpoint",

@@ -102,6 +102,21 @@ pub struct Config {
         value_parser = parse_duration
     )]
     pub corrupt_check_time: Duration,
+    /// Whether the leader checks that every member's store hashes alike at the last
+    /// compaction's revision (etcd 3.5's compaction hash check).
+    #[arg(
+        long = "experimental-compact-hash-check-enabled",
+        action = clap::ArgAction::Set,
+        default_value_t = false
+    )]
+    pub compact_hash_check_enabled: bool,
+    /// How often the compaction hash check runs.
+    #[arg(
+        long = "experimental-compact-hash-check-time",
+        default_value = "1m",
+        value_parser = parse_duration
+    )]
+    pub compact_hash_check_time: Duration,
     /// Auto compaction: `periodic` (keep `--auto-compaction-retention` of time) or `revision`
     /// (keep that many revisions).
     #[arg(long, default_value = "periodic")]

@@ -179,7 +179,7 @@ impl MvccStore {
         if at > state.current {
             return Err(Error::FutureRevision);
         }
-        if at <= state.compacted {
+        if at < state.compacted {
             return Err(Error::Compacted);
         }
         let compacted = state.compacted;

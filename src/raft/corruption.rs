@@ -1,7 +1,8 @@
 //! Corruption checks, as etcd's: before serving (`--experimental-initial-corrupt-check`) a
 //! member compares its HashKV with its peers' and refuses to start on a mismatch; periodically
-//! (`--experimental-corrupt-check-time`) the leader compares every member's and raises the
-//! CORRUPT alarm.
+//! (`--experimental-corrupt-check-time`) the leader compares every member's at the current
+//! revision, and (`--experimental-compact-hash-check-enabled`) at the last compaction's, and
+//! raises the CORRUPT alarm.
 
 use super::{first_url, RaftNode};
 
@@ -21,19 +22,10 @@ impl RaftNode {
         let (hash, compacted, revision) = self.mvcc.hash_kv(0).map_err(|e| e.to_string())?;
         let mut mismatches = 0;
         for member in self.member_list().into_iter().filter(|m| m.id != self.id) {
-            let Some(addr) = member.peer_ur_ls.first().map(|u| first_url(u).to_string()) else {
-                continue;
-            };
             let peer_id = format!("{:x}", member.id);
-            let Ok(mut client) = self.peers.client(&addr) else {
-                continue;
-            };
-            let request = crate::pb::etcdserverpb::HashKvRequest { revision };
-            let answer =
-                tokio::time::timeout(self.options.request_timeout, client.hash_kv(request));
-            match answer.await.map(|r| r.map(tonic::Response::into_inner)) {
-                Ok(Ok(peer)) if peer.hash == hash => {}
-                Ok(Ok(peer)) if peer.compact_revision == compacted => {
+            match self.peer_hash_kv(&member, revision).await {
+                Ok(peer) if peer.hash == hash => {}
+                Ok(peer) if peer.compact_revision == compacted => {
                     tracing::warn!(
                         remote_peer_id = %peer_id,
                         revision,
@@ -43,20 +35,17 @@ impl RaftNode {
                     );
                     mismatches += 1;
                 }
-                Ok(Ok(peer)) => tracing::warn!(
+                Ok(peer) => tracing::warn!(
                     remote_peer_id = %peer_id,
                     local_compact_revision = compacted,
                     remote_compact_revision = peer.compact_revision,
                     "found different compact revision values from remote peer"
                 ),
-                Ok(Err(status)) => tracing::warn!(
+                Err(error) => tracing::warn!(
                     remote_peer_id = %peer_id,
-                    error = %status.message(),
+                    error,
                     "cannot fetch hash from remote peer"
                 ),
-                Err(_) => {
-                    tracing::warn!(remote_peer_id = %peer_id, "cannot fetch hash from remote peer: timed out")
-                }
             }
         }
         if mismatches > 0 {
@@ -98,16 +87,7 @@ impl RaftNode {
             return;
         };
         for member in self.member_list().into_iter().filter(|m| m.id != self.id) {
-            let Some(addr) = member.peer_ur_ls.first().map(|u| first_url(u).to_string()) else {
-                continue;
-            };
-            let Ok(mut client) = self.peers.client(&addr) else {
-                continue;
-            };
-            let request = crate::pb::etcdserverpb::HashKvRequest { revision };
-            let answer =
-                tokio::time::timeout(self.options.request_timeout, client.hash_kv(request));
-            let Ok(Ok(peer)) = answer.await.map(|r| r.map(tonic::Response::into_inner)) else {
+            let Ok(peer) = self.peer_hash_kv(&member, revision).await else {
                 continue;
             };
             if peer.compact_revision != compacted || peer.hash == hash {
@@ -120,16 +100,112 @@ impl RaftNode {
                 member_hash = peer.hash,
                 "found data inconsistency with a member: raising CORRUPT"
             );
-            let raise = crate::apply::Command::new(crate::apply::Op::Alarm(
-                crate::pb::etcdserverpb::AlarmRequest {
-                    action: crate::pb::etcdserverpb::alarm_request::AlarmAction::Activate as i32,
-                    member_id: member.id,
-                    alarm: crate::pb::etcdserverpb::AlarmType::Corrupt as i32,
-                },
-            ));
-            if let Err(e) = self.propose(raise).await {
-                tracing::warn!(error = %e, "raising CORRUPT failed");
+            self.raise_corrupt(member.id).await;
+        }
+    }
+
+    /// etcd 3.5's compaction hash check (`--experimental-compact-hash-check-enabled`): every
+    /// `every`, the leader compares its HashKV at the last compaction's revision with each
+    /// member's that compacted there too. A mismatch raises CORRUPT for the whole cluster
+    /// (member 0: it is not known whose copy is wrong, as etcd says). A compaction is checked
+    /// once every member answered for it.
+    pub fn spawn_compact_hash_check(
+        self: &std::sync::Arc<Self>,
+        every: std::time::Duration,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let node = self.clone();
+        let every = every.max(std::time::Duration::from_millis(10));
+        tokio::spawn(async move {
+            let mut checked = 0;
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep(every) => {}
+                    _ = stop.changed() => return,
+                }
+                let compacted = node.mvcc.compacted_revision();
+                if node.leader() == Some(node.id) && compacted > checked {
+                    if let Some(done) = node.check_compaction_hash(compacted).await {
+                        checked = done;
+                    }
+                }
             }
+        });
+    }
+
+    /// Checks the hashes at compaction revision `at`; the revision once every peer agreed.
+    async fn check_compaction_hash(&self, at: i64) -> Option<i64> {
+        let (hash, compacted, _) = self.mvcc.hash_kv(at).ok()?;
+        let peers: Vec<_> = self
+            .member_list()
+            .into_iter()
+            .filter(|m| m.id != self.id)
+            .collect();
+        let mut agreed = 0;
+        for member in &peers {
+            let Ok(peer) = self.peer_hash_kv(member, at).await else {
+                continue;
+            };
+            if peer.compact_revision != compacted {
+                continue;
+            }
+            if peer.hash != hash {
+                tracing::error!(
+                    revision = at,
+                    leader_hash = hash,
+                    follower_hash = peer.hash,
+                    follower_peer_id = format!("{:x}", member.id),
+                    "failed compaction hash check: raising CORRUPT"
+                );
+                self.raise_corrupt(0).await;
+                return None;
+            }
+            agreed += 1;
+        }
+        if agreed < peers.len() {
+            tracing::warn!(
+                revision = at,
+                checked = agreed,
+                peers = peers.len(),
+                "skipped revision in compaction hash check; was not able to check all peers"
+            );
+            return None;
+        }
+        tracing::info!(revision = at, "successfully checked hash on whole cluster");
+        Some(at)
+    }
+
+    /// A member's HashKV at `revision`, over the peer protocol.
+    async fn peer_hash_kv(
+        &self,
+        member: &crate::pb::etcdserverpb::Member,
+        revision: i64,
+    ) -> Result<crate::pb::etcdserverpb::HashKvResponse, String> {
+        let addr = member
+            .peer_ur_ls
+            .first()
+            .map(|u| first_url(u).to_string())
+            .ok_or("no peer URL")?;
+        let mut client = self.peers.client(&addr).map_err(|e| e.to_string())?;
+        let request = crate::pb::etcdserverpb::HashKvRequest { revision };
+        match tokio::time::timeout(self.options.request_timeout, client.hash_kv(request)).await {
+            Ok(Ok(r)) => Ok(r.into_inner()),
+            Ok(Err(status)) => Err(status.message().to_string()),
+            Err(_) => Err("timed out".into()),
+        }
+    }
+
+    /// Proposes the CORRUPT alarm for `member` (0: the cluster).
+    async fn raise_corrupt(&self, member: u64) {
+        let raise = crate::apply::Command::new(crate::apply::Op::Alarm(
+            crate::pb::etcdserverpb::AlarmRequest {
+                action: crate::pb::etcdserverpb::alarm_request::AlarmAction::Activate as i32,
+                member_id: member,
+                alarm: crate::pb::etcdserverpb::AlarmType::Corrupt as i32,
+            },
+        ));
+        if let Err(e) = self.propose(raise).await {
+            tracing::warn!(error = %e, "raising CORRUPT failed");
         }
     }
 }

@@ -141,6 +141,9 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
     node.publish_attributes(cfg.name.clone(), ctx.client_urls.clone());
     crate::compactor::spawn(node.clone(), retention, stop_rx.clone());
     node.spawn_corruption_check(cfg.corrupt_check_time, stop_rx.clone());
+    if cfg.compact_hash_check_enabled {
+        node.spawn_compact_hash_check(cfg.compact_hash_check_time, stop_rx.clone());
+    }
     if cfg.experimental_initial_corrupt_check {
         if let Err(e) = node.initial_corruption_check().await {
             let _ = stop.send(true);
