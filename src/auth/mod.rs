@@ -327,8 +327,7 @@ impl AuthStore {
         let mut writes = Vec::new();
         let admin = || check_admin(&s, caller);
         let next: Result<Option<AuthState>> = match op {
-            // Enabling twice is a no-op even for a non-root caller... only while enabled does
-            // etcd ask for root, as it does here.
+            // Root is asked for only once auth is on (then enabling again changes nothing).
             Op::AuthEnable(_) => admin().and_then(|()| s.enable(&mut writes)),
             Op::AuthDisable(_) => admin().map(|()| s.disable(&mut writes)),
             Op::Authenticate(a) => {
