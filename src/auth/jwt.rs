@@ -161,7 +161,7 @@ impl Jwt {
         let claims = Claims {
             username: username.to_string(),
             revision,
-            exp: (now + self.ttl).as_secs(),
+            exp: now.saturating_add(self.ttl).as_secs(),
         };
         jsonwebtoken::encode(&Header::new(self.algorithm), &claims, key).ok()
     }

@@ -80,6 +80,10 @@ impl AuthOptions {
 /// How long a failed password check holds back the next check of the same user.
 pub const FAILED_LOGIN_DELAY: Duration = Duration::from_millis(250);
 
+/// How long a login waits for its turn behind other checks of the same user before it is
+/// refused with `too many requests`.
+pub const LOGIN_WAIT: Duration = Duration::from_secs(2);
+
 /// The auth store of one member: the replicated state and this member's live tokens.
 #[derive(Debug)]
 pub struct AuthStore {
@@ -118,17 +122,15 @@ impl AuthStore {
         })
     }
 
-    /// Reloads the state after a snapshot replaced the metadata (tokens of users that are gone
-    /// stop working at their next use).
+    /// Reloads the state after a snapshot replaced the metadata, forgetting every simple token.
     ///
     /// # Errors
     /// As [`AuthStore::open`].
     pub fn reload(&self, storage: &Storage) -> StorageResult<()> {
-        let fresh = load(storage)?;
-        if !fresh.enabled {
-            self.tokens.clear();
-        }
-        self.publish(fresh);
+        // The snapshot may have changed or deleted users, passwords or the enabled flag behind
+        // any token: every client logs in again.
+        self.tokens.clear();
+        self.publish(load(storage)?);
         Ok(())
     }
 
@@ -215,10 +217,13 @@ impl AuthStore {
     /// check saw.
     ///
     /// # Errors
-    /// [`Error::AuthNotEnabled`], [`Error::AuthFailed`], [`Error::NoPasswordUser`].
+    /// [`Error::AuthNotEnabled`], [`Error::AuthFailed`], [`Error::NoPasswordUser`],
+    /// [`Error::TooManyRequests`].
     ///
     /// Rate-limited per user: one check at a time, and a failed one holds the next back for
-    /// [`FAILED_LOGIN_DELAY`], so a password is guessed at a few tries a second at most.
+    /// [`FAILED_LOGIN_DELAY`], so a password is guessed at a few tries a second at most; a
+    /// login that cannot get its turn within [`LOGIN_WAIT`] is refused (`too many requests`)
+    /// rather than queued behind a flood.
     pub async fn check_password(&self, name: &str, password: &str) -> Result<u64> {
         let s = self.current();
         if !s.enabled {
@@ -232,7 +237,10 @@ impl AuthStore {
             return Err(Error::NoPasswordUser);
         }
         let turn = self.login_turn(name);
-        let _turn = turn.lock().await;
+        // Bounded: a flood of wrong guesses must not queue a real login past its deadline.
+        let Ok(_turn) = tokio::time::timeout(LOGIN_WAIT, turn.lock()).await else {
+            return Err(Error::TooManyRequests);
+        };
         let hash = String::from_utf8_lossy(&user.password).into_owned();
         if password::verify(password.to_string(), hash).await {
             Ok(s.revision)
@@ -306,6 +314,38 @@ pub fn check(s: &AuthState, caller: Option<&Caller>, needs: &[Need]) -> Result<(
         Ok(())
     } else {
         Err(Error::PermissionDenied)
+    }
+}
+
+/// What a request presented to prove who sent it: a token, and (with `--client-cert-auth`) the
+/// CN of its client certificate. Kept by long-lived calls (keep-alive streams, watches, lock
+/// waits) and resolved again at each use, as etcd does per request.
+#[derive(Debug, Clone, Default)]
+pub struct Credentials {
+    /// The `token` (or `authorization`) metadata.
+    pub token: Option<String>,
+    /// The client certificate's CN, when `--client-cert-auth` makes it the user.
+    pub cert_user: Option<String>,
+}
+
+impl AuthStore {
+    /// The caller `credentials` name now: its token's user, else its certificate's CN (`None`
+    /// while auth is off or without either).
+    ///
+    /// # Errors
+    /// [`Error::InvalidAuthToken`] for a token this member does not know (any more).
+    pub fn resolve(&self, credentials: &Credentials) -> Result<Option<Caller>> {
+        let s = self.current();
+        if !s.enabled {
+            return Ok(None);
+        }
+        match &credentials.token {
+            Some(token) => self.caller(Some(token)),
+            None => Ok(credentials.cert_user.clone().map(|user| Caller {
+                user,
+                auth_revision: s.revision,
+            })),
+        }
     }
 }
 

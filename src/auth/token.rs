@@ -46,7 +46,8 @@ impl SimpleTokens {
     }
 
     fn deadline(&self) -> u64 {
-        (self.origin.elapsed() + self.ttl).as_millis() as u64
+        let ms = self.origin.elapsed().saturating_add(self.ttl).as_millis();
+        u64::try_from(ms).unwrap_or(u64::MAX)
     }
 
     fn now(&self) -> u64 {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use crate::apply::{txn, Command, Op, Outcome};
-use crate::auth::{needs, Caller, Need};
+use crate::auth::{needs, Caller, Credentials, Need};
 use crate::error::{Error, Result};
 use crate::mvcc::{self, KeyRange};
 use crate::pb::etcdserverpb::{
@@ -21,9 +21,9 @@ use crate::watch::{StreamMsg, WatchSpec};
 #[derive(Clone)]
 pub struct LocalClient {
     node: Arc<RaftNode>,
-    /// Whose requests these are: `None` for the member's own, `Some(caller)` for a client's
-    /// (checked as that client's own requests are; `Some(None)` has no credentials).
-    acting_for: Option<Option<Caller>>,
+    /// Whose requests these are: `None` for the member's own, `Some(credentials)` for a
+    /// client's (resolved at each request and checked as that client's own requests are).
+    acting_for: Option<Credentials>,
 }
 
 impl LocalClient {
@@ -35,28 +35,39 @@ impl LocalClient {
         }
     }
 
-    /// The same client acting for `caller` (a Lock or Election request's sender): its reads
-    /// are checked here and its writes when applied, as if it had sent them itself (etcd's
-    /// lock and election services call the KV API with the caller's credentials).
-    pub fn for_caller(&self, caller: Option<Caller>) -> Self {
+    /// The same client acting for the sender of a Lock or Election request: its reads are
+    /// checked here and its writes when applied, as if it had sent them itself (etcd's lock
+    /// and election services call the KV API with the caller's credentials). The credentials
+    /// are resolved at each request, so a wait that outlives an auth change is judged by the
+    /// auth store of its moment.
+    pub fn for_caller(&self, credentials: Credentials) -> Self {
         LocalClient {
             node: self.node.clone(),
-            acting_for: Some(caller),
+            acting_for: Some(credentials),
         }
     }
 
+    fn caller(&self) -> Result<Option<Caller>> {
+        match &self.acting_for {
+            Some(credentials) => self.node.auth().resolve(credentials),
+            None => Ok(None),
+        }
+    }
+
+    /// Checks reads after the read index (a permission revoked before the read is seen).
     fn check(&self, needs: &[Need]) -> Result<()> {
-        match &self.acting_for {
-            Some(caller) => crate::auth::check(&self.node.auth().current(), caller.as_ref(), needs),
-            None => Ok(()),
+        if self.acting_for.is_none() {
+            return Ok(());
         }
+        let caller = self.caller()?;
+        crate::auth::check(&self.node.auth().current(), caller.as_ref(), needs)
     }
 
-    fn command(&self, op: Op) -> Command {
-        match &self.acting_for {
-            Some(caller) => Command::from_client(op, caller.clone()),
+    fn command(&self, op: Op) -> Result<Command> {
+        Ok(match &self.acting_for {
+            Some(_) => Command::from_client(op, self.caller()?),
             None => Command::new(op),
-        }
+        })
     }
 
     /// A linearizable range.
@@ -64,8 +75,8 @@ impl LocalClient {
     /// # Errors
     /// Those of the read index and of the range.
     pub async fn range(&self, req: RangeRequest) -> Result<RangeResponse> {
-        self.check(&needs::range(&req))?;
         self.node.read_index().await?;
+        self.check(&needs::range(&req))?;
         let read = self.node.mvcc().read()?;
         mvcc::range(&read, &req)
     }
@@ -78,10 +89,10 @@ impl LocalClient {
         &self,
         reqs: [&RangeRequest; N],
     ) -> Result<[RangeResponse; N]> {
+        self.node.read_index().await?;
         for req in reqs {
             self.check(&needs::range(req))?;
         }
-        self.node.read_index().await?;
         let read = self.node.mvcc().read()?;
         let mut out: [RangeResponse; N] = std::array::from_fn(|_| RangeResponse::default());
         for (slot, req) in out.iter_mut().zip(reqs) {
@@ -96,12 +107,12 @@ impl LocalClient {
     /// Those of the txn.
     pub async fn txn(&self, req: TxnRequest) -> Result<TxnResponse> {
         if txn::is_read_only(&req) {
-            self.check(&needs::txn(&req))?;
             self.node.read_index().await?;
+            self.check(&needs::txn(&req))?;
             let mut read = self.node.mvcc().read()?;
             return txn::execute(&mut read, &req);
         }
-        match self.node.propose(self.command(Op::Txn(req))).await? {
+        match self.node.propose(self.command(Op::Txn(req))?).await? {
             Outcome::Txn(r) => Ok(r),
             _ => Err(Error::Storage),
         }
@@ -118,7 +129,7 @@ impl LocalClient {
         };
         match self
             .node
-            .propose(self.command(Op::DeleteRange(req)))
+            .propose(self.command(Op::DeleteRange(req))?)
             .await?
         {
             Outcome::DeleteRange(r) => Ok(r),

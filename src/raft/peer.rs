@@ -173,6 +173,7 @@ impl RaftPeer for PeerService {
     }
 
     async fn forward(&self, req: Request<Command>) -> Result<Response<ForwardResponse>, Status> {
+        self.check_cluster(&req)?;
         // Proposed here or refused: a forwarded write is never forwarded again.
         let reply = match self.node.propose_local(req.into_inner()).await {
             Ok(result) => ForwardResponse {

@@ -174,6 +174,8 @@ impl Auth for AuthService {
         req: Request<AuthUserAddRequest>,
     ) -> Result<Response<AuthUserAddResponse>, Status> {
         let caller = self.ctx.caller(&req).await?;
+        // Refused before the (deliberately slow) hash; checked again when applied.
+        self.ctx.check_admin(caller.as_ref())?;
         let mut r = req.into_inner();
         let pw = std::mem::take(&mut r.password);
         r.hashed_password = if r.options.is_some_and(|o| o.no_password) {
@@ -235,6 +237,7 @@ impl Auth for AuthService {
         req: Request<AuthUserChangePasswordRequest>,
     ) -> Result<Response<AuthUserChangePasswordResponse>, Status> {
         let caller = self.ctx.caller(&req).await?;
+        self.ctx.check_admin(caller.as_ref())?;
         let mut r = req.into_inner();
         let pw = std::mem::take(&mut r.password);
         r.hashed_password = if pw.is_empty() {

@@ -53,7 +53,10 @@ impl Election for ElectionService {
         req: Request<CampaignRequest>,
     ) -> Result<Response<CampaignResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
-        let client = self.client.for_caller(self.ctx.caller(&req).await?);
+        // Checked now (a token of a login not yet applied here is waited for), resolved
+        // again at each step of the operation.
+        self.ctx.caller(&req).await?;
+        let client = self.client.for_caller(self.ctx.credentials(&req));
         let r = req.into_inner();
         let (header, leader) = election::campaign(&client, &r.name, r.lease, &r.value)
             .await
@@ -69,7 +72,10 @@ impl Election for ElectionService {
         req: Request<ProclaimRequest>,
     ) -> Result<Response<ProclaimResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
-        let client = self.client.for_caller(self.ctx.caller(&req).await?);
+        // Checked now (a token of a login not yet applied here is waited for), resolved
+        // again at each step of the operation.
+        self.ctx.caller(&req).await?;
+        let client = self.client.for_caller(self.ctx.credentials(&req));
         let r = req.into_inner();
         let leader = leader_key(r.leader)?;
         let header = election::proclaim(&client, &leader, &r.value)
@@ -85,7 +91,10 @@ impl Election for ElectionService {
         req: Request<LeaderRequest>,
     ) -> Result<Response<LeaderResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
-        let client = self.client.for_caller(self.ctx.caller(&req).await?);
+        // Checked now (a token of a login not yet applied here is waited for), resolved
+        // again at each step of the operation.
+        self.ctx.caller(&req).await?;
+        let client = self.client.for_caller(self.ctx.credentials(&req));
         let mut resp = election::leader(&client, &req.into_inner().name)
             .await
             .map_err(status)?;
@@ -95,7 +104,10 @@ impl Election for ElectionService {
 
     async fn observe(&self, req: Request<LeaderRequest>) -> Result<Response<ObserveOut>, Status> {
         require_leader(&self.ctx.node, &req)?;
-        let client = self.client.for_caller(self.ctx.caller(&req).await?);
+        // Checked now (a token of a login not yet applied here is waited for), resolved
+        // again at each step of the operation.
+        self.ctx.caller(&req).await?;
+        let client = self.client.for_caller(self.ctx.credentials(&req));
         let node = self.ctx.node.clone();
         let rx = election::observe(client, req.into_inner().name);
         let stream = ReceiverStream::new(rx).map(move |r| {
@@ -113,7 +125,10 @@ impl Election for ElectionService {
         req: Request<ResignRequest>,
     ) -> Result<Response<ResignResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
-        let client = self.client.for_caller(self.ctx.caller(&req).await?);
+        // Checked now (a token of a login not yet applied here is waited for), resolved
+        // again at each step of the operation.
+        self.ctx.caller(&req).await?;
+        let client = self.client.for_caller(self.ctx.credentials(&req));
         let leader = leader_key(req.into_inner().leader)?;
         let header = election::resign(&client, &leader).await.map_err(status)?;
         Ok(Response::new(ResignResponse {

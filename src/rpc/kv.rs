@@ -30,7 +30,13 @@ impl KvService {
         KvService { ctx }
     }
 
-    async fn read_range(&self, r: &RangeRequest) -> Result<RangeResponse, Status> {
+    /// A range for `caller`: its read access is checked once this member has applied
+    /// everything acknowledged before the read (a permission revoked before it is seen).
+    async fn read_range(
+        &self,
+        caller: Option<&Caller>,
+        r: &RangeRequest,
+    ) -> Result<RangeResponse, Status> {
         validate::range(r).map_err(status)?;
         let corrupt = crate::pb::etcdserverpb::AlarmType::Corrupt as i32;
         if self.ctx.node.mvcc().has_alarm(corrupt) {
@@ -39,6 +45,7 @@ impl KvService {
         if !r.serializable {
             self.ctx.node.read_index().await.map_err(status)?;
         }
+        self.ctx.check(caller, &needs::range(r))?;
         let read = self.ctx.node.mvcc().read().map_err(status)?;
         let mut resp = mvcc::range(&read, r).map_err(status)?;
         drop(read);
@@ -53,13 +60,6 @@ impl KvService {
             .propose(Command::from_client(op, caller))
             .await
             .map_err(status)
-    }
-
-    /// Fails unless the sender of `req` may read what the range names.
-    async fn check_range(&self, req: &Request<RangeRequest>) -> Result<(), Status> {
-        let caller = self.ctx.caller(req).await?;
-        self.ctx
-            .check(caller.as_ref(), &needs::range(req.get_ref()))
     }
 }
 
@@ -77,8 +77,8 @@ impl Kv for KvService {
         if !req.get_ref().serializable && self.ctx.node.is_learner() {
             return Err(super::status::status(Error::NotSupportedForLearner));
         }
-        self.check_range(&req).await?;
-        let resp = self.read_range(req.get_ref()).await?;
+        let caller = self.ctx.caller(&req).await?;
+        let resp = self.read_range(caller.as_ref(), req.get_ref()).await?;
         Ok(Response::new(resp))
     }
 
@@ -89,8 +89,8 @@ impl Kv for KvService {
         req: Request<RangeRequest>,
     ) -> Result<Response<RangeStreamOut>, Status> {
         require_leader(&self.ctx.node, &req)?;
-        self.check_range(&req).await?;
-        let mut full = self.read_range(req.get_ref()).await?;
+        let caller = self.ctx.caller(&req).await?;
+        let mut full = self.read_range(caller.as_ref(), req.get_ref()).await?;
         let mut chunks = Vec::new();
         let mut current = Vec::new();
         let mut size = 0;
@@ -156,11 +156,11 @@ impl Kv for KvService {
         let r = req.into_inner();
         validate::txn(&r, self.ctx.max_txn_ops).map_err(status)?;
         let mut resp = if txn::is_read_only(&r) {
-            self.ctx.check(caller.as_ref(), &needs::txn(&r))?;
             // Read-only txns are served like ranges: after the read index, from the local store.
             if !is_serializable(&r) {
                 self.ctx.node.read_index().await.map_err(status)?;
             }
+            self.ctx.check(caller.as_ref(), &needs::txn(&r))?;
             let mut read = self.ctx.node.mvcc().read().map_err(status)?;
             txn::execute(&mut read, &r).map_err(status)?
         } else {

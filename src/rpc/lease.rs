@@ -95,14 +95,22 @@ impl Lease for LeaseService {
         req: Request<Streaming<LeaseKeepAliveRequest>>,
     ) -> Result<Response<KeepAliveOut>, Status> {
         require_leader(&self.ctx.node, &req)?;
-        let caller = self.ctx.caller(&req).await?;
+        self.ctx.caller(&req).await?;
+        // Resolved again for every keep-alive, as etcd checks each request.
+        let credentials = self.ctx.credentials(&req);
         let mut incoming = req.into_inner();
         let ctx = self.ctx.clone();
         let node = self.ctx.node.clone();
         let (tx, rx) = mpsc::channel(16);
         tokio::spawn(async move {
             while let Ok(Some(r)) = incoming.message().await {
-                let allowed = check_lease_keys(&ctx, caller.as_ref(), r.id, Access::Write);
+                let allowed =
+                    node.auth()
+                        .resolve(&credentials)
+                        .map_err(status)
+                        .and_then(|caller| {
+                            check_lease_keys(&ctx, caller.as_ref(), r.id, Access::Write)
+                        });
                 let renewed = match allowed {
                     Ok(()) => node.lease_renew(r.id).await.map_err(status),
                     Err(e) => Err(e),

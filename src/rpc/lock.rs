@@ -26,7 +26,10 @@ impl LockService {
 impl Lock for LockService {
     async fn lock(&self, req: Request<LockRequest>) -> Result<Response<LockResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
-        let client = self.client.for_caller(self.ctx.caller(&req).await?);
+        // Checked now (a token of a login not yet applied here is waited for), resolved
+        // again at each step of the operation.
+        self.ctx.caller(&req).await?;
+        let client = self.client.for_caller(self.ctx.credentials(&req));
         let r = req.into_inner();
         let (header, key) = lock::lock(&client, &r.name, r.lease)
             .await
@@ -41,7 +44,10 @@ impl Lock for LockService {
         req: Request<UnlockRequest>,
     ) -> Result<Response<UnlockResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
-        let client = self.client.for_caller(self.ctx.caller(&req).await?);
+        // Checked now (a token of a login not yet applied here is waited for), resolved
+        // again at each step of the operation.
+        self.ctx.caller(&req).await?;
+        let client = self.client.for_caller(self.ctx.credentials(&req));
         let header = lock::unlock(&client, &req.into_inner().key)
             .await
             .map_err(status)?;

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use tonic::Status;
 
-use crate::auth::{AuthStore, Caller};
+use crate::auth::{AuthStore, Caller, Credentials};
 use crate::error::Error;
 use crate::pb::etcdserverpb::ResponseHeader;
 use crate::raft::RaftNode;
@@ -106,31 +106,27 @@ fn cert_user<T>(req: &tonic::Request<T>) -> Option<String> {
 
 impl Context {
     /// Who sent `req`: the user its token names, or without a token and with
-    /// `--client-cert-auth` its certificate's CN (`None` while auth is off or without either). A token issued by a login this member has not applied yet is waited for, as
-    /// etcd does (its index says how far to wait).
+    /// `--client-cert-auth` its certificate's CN (`None` while auth is off or without either).
+    /// A token issued by a login this member has not applied yet is waited for, as etcd does
+    /// (its index says how far to wait).
     ///
     /// # Errors
     /// `etcdserver: invalid auth token` for a token this member does not know.
     pub async fn caller<T>(&self, req: &tonic::Request<T>) -> Result<Option<Caller>, Status> {
-        let token = token_of(req);
-        let token = token.as_deref();
+        let credentials = self.credentials(req);
         let auth = self.node.auth();
-        if token.is_none() && self.client_cert_auth && auth.enabled() {
-            return Ok(cert_user(req).map(|user| Caller {
-                user,
-                auth_revision: auth.current().revision,
-            }));
-        }
-        let index = token
+        let index = credentials
+            .token
+            .as_deref()
             .filter(|_| !auth.uses_jwt())
             .and_then(AuthStore::token_index);
-        match (auth.caller(token), index) {
+        match (auth.resolve(&credentials), index) {
             (Err(Error::InvalidAuthToken), Some(index)) if index > self.node.applied_index() => {
                 self.node
                     .wait_applied(index)
                     .await
                     .map_err(status::status)?;
-                auth.caller(token).map_err(status::status)
+                auth.resolve(&credentials).map_err(status::status)
             }
             (result, _) => {
                 if result.is_err() {
@@ -138,6 +134,19 @@ impl Context {
                 }
                 result.map_err(status::status)
             }
+        }
+    }
+
+    /// What `req` presented (its token; its certificate's CN with `--client-cert-auth`), for
+    /// calls that resolve it again later (see [`Credentials`]).
+    pub fn credentials<T>(&self, req: &tonic::Request<T>) -> Credentials {
+        Credentials {
+            token: token_of(req),
+            cert_user: if self.client_cert_auth {
+                cert_user(req)
+            } else {
+                None
+            },
         }
     }
 

@@ -65,14 +65,16 @@ impl Watch for WatchService {
         let node = self.ctx.node.clone();
         let stream = node.hub().new_stream();
         let (msg_tx, msg_rx) = mpsc::channel(STREAM_BUFFER);
-        // Checked at each create, as etcd does (the auth store may change meanwhile).
-        let token = super::token_of(&req);
+        // Checked at each create, as etcd does (the auth store may change meanwhile); a token
+        // of a login this member has not applied yet is waited for first.
+        let _ = self.ctx.caller(&req).await;
+        let credentials = self.ctx.credentials(&req);
         tokio::spawn(receive(
             node.clone(),
             stream,
             req.into_inner(),
             msg_tx,
-            token,
+            credentials,
         ));
         Ok(Response::new(responses(
             node,
@@ -89,7 +91,7 @@ async fn receive(
     stream: u64,
     mut incoming: Streaming<WatchRequest>,
     tx: mpsc::Sender<StreamMsg>,
-    token: Option<String>,
+    credentials: crate::auth::Credentials,
 ) {
     let hub = node.hub().clone();
     // Client watch id -> hub id.
@@ -102,7 +104,7 @@ async fn receive(
         };
         let Ok(Some(req)) = req else { break };
         let control = match req.request_union {
-            Some(RequestUnion::CreateRequest(c)) => match may_watch(&node, token.as_deref(), &c) {
+            Some(RequestUnion::CreateRequest(c)) => match may_watch(&node, &credentials, &c) {
                 Ok(()) => create(&hub, stream, c, &mut watches, &mut next_auto, &tx),
                 Err(_) => Some(refused(hub.published())),
             },
@@ -134,17 +136,17 @@ async fn receive(
     hub.drop_stream(stream, &ids);
 }
 
-/// Whether the token's user may watch what `c` names (read access; an empty key is `\0`).
+/// Whether the sender may watch what `c` names (read access; an empty key is `\0`).
 fn may_watch(
     node: &RaftNode,
-    token: Option<&str>,
+    credentials: &crate::auth::Credentials,
     c: &WatchCreateRequest,
 ) -> Result<(), crate::error::Error> {
     let auth = node.auth();
     if !auth.enabled() {
         return Ok(());
     }
-    let caller = auth.caller(token)?;
+    let caller = auth.resolve(credentials)?;
     let key = if c.key.is_empty() {
         vec![0]
     } else {

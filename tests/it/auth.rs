@@ -460,3 +460,57 @@ async fn a_simple_token_expires_after_its_ttl_without_use_and_lives_on_while_use
     kv.put(with_token(put_req("a/y"), &used)?).await?;
     Ok(())
 }
+
+/// A keep-alive stream is checked per keep-alive with the auth store of its moment: an
+/// unrelated change (a new user) does not end it, a deleted user's token does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keep_alive_stream_is_judged_per_keep_alive() -> TestResult {
+    use concord::pb::etcdserverpb::LeaseKeepAliveRequest;
+    let c = Cluster::start(1)?;
+    c.wait_leader(Duration::from_secs(20)).await?;
+    setup(&c).await?;
+    let user = login(&c, 0, "u", "upw").await?;
+    let root = login(&c, 0, "root", "rootpw").await?;
+    let mut leases = LeaseClient::connect(c.client_url(0)?).await?;
+    let id = leases
+        .lease_grant(with_token(LeaseGrantRequest { ttl: 30, id: 0 }, &user)?)
+        .await?
+        .into_inner()
+        .id;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut replies = leases
+        .lease_keep_alive(with_token(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+            &user,
+        )?)
+        .await?
+        .into_inner();
+    tx.send(LeaseKeepAliveRequest { id }).await?;
+    assert_eq!(replies.message().await?.ok_or("no reply")?.ttl, 30);
+    let mut a = auth(&c, 0).await?;
+    a.user_add(with_token(
+        AuthUserAddRequest {
+            name: "other".into(),
+            password: "pw".into(),
+            ..Default::default()
+        },
+        &root,
+    )?)
+    .await?;
+    tx.send(LeaseKeepAliveRequest { id }).await?;
+    assert_eq!(replies.message().await?.ok_or("no reply")?.ttl, 30);
+    a.user_delete(with_token(
+        AuthUserDeleteRequest { name: "u".into() },
+        &root,
+    )?)
+    .await?;
+    tx.send(LeaseKeepAliveRequest { id }).await?;
+    let ended = replies.message().await;
+    assert!(
+        ended
+            .as_ref()
+            .is_err_and(|s| s.message() == "etcdserver: invalid auth token"),
+        "{ended:?}"
+    );
+    Ok(())
+}
