@@ -199,7 +199,8 @@ impl AuthStore {
                 auth_revision,
             }));
         }
-        let user = self.tokens.user(token).ok_or(Error::InvalidAuthToken)?;
+        let key = token::stored_key(token).ok_or(Error::InvalidAuthToken)?;
+        let user = self.tokens.user(&key).ok_or(Error::InvalidAuthToken)?;
         Ok(Some(Caller {
             user,
             auth_revision: s.revision,
@@ -427,8 +428,10 @@ impl AuthStore {
         Some(Ok(None))
     }
 
-    /// A login checked by the proposing member: the token becomes valid on this member.
-    fn authenticate(&self, s: &AuthState, name: &str, prefix: &str, index: u64) -> Result<Applied> {
+    /// A login checked by the proposing member: the token whose random part has `digest`
+    /// becomes valid on this member; answers the key it is kept under (the proposer turns it
+    /// back into the token).
+    fn authenticate(&self, s: &AuthState, name: &str, digest: &str, index: u64) -> Result<Applied> {
         if !s.enabled {
             return Err(Error::AuthNotEnabled);
         }
@@ -437,12 +440,12 @@ impl AuthStore {
             return Err(Error::AuthFailed);
         }
         // JWT logins register nothing (the proposer signs the token).
-        if prefix.is_empty() {
+        if digest.is_empty() {
             return Ok(None);
         }
-        let token = format!("{prefix}.{index}");
-        self.tokens.assign(&token, name);
-        Ok(Some(token))
+        let key = format!("{digest}.{index}");
+        self.tokens.assign(&key, name);
+        Ok(Some(key))
     }
 }
 

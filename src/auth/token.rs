@@ -14,15 +14,31 @@ use rand::Rng;
 /// etcd's default `--auth-token-ttl`.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
 
-/// A new token's random part: 16 letters. The member that applies the login appends a dot and
-/// the Raft index of its entry (etcd's shape; the index tells a member that has not applied
-/// the login yet to wait for it).
+/// A new token's random part: 16 letters. The token is it, a dot and the Raft index of the
+/// login's entry (etcd's shape; the index tells a member that has not applied the login yet to
+/// wait for it). Members keep tokens under [`stored_key`].
 pub fn new_prefix() -> String {
     const LETTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
     let mut rng = rand::rng();
     (0..16)
         .map(|_| char::from(LETTERS[rng.random_range(0..LETTERS.len())]))
         .collect()
+}
+
+/// What the Raft log carries for a token's random part: its SHA-256, hex. The log (and the peer
+/// traffic) thus never holds a usable token; only the member that made it returns it.
+pub fn digest(prefix: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(prefix.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The key a presented token is kept under: its random part's digest, a dot, its index.
+pub fn stored_key(token: &str) -> Option<String> {
+    let (prefix, index) = token.split_once('.')?;
+    Some(format!("{}.{index}", digest(prefix)))
 }
 
 /// The live simple tokens of this member. Looking a token up (every request) takes a shared
@@ -118,6 +134,15 @@ mod tests {
         assert_eq!(t.user("b.8").as_deref(), Some("bob"));
         t.clear();
         assert_eq!(t.user("b.8"), None);
+    }
+
+    #[test]
+    fn a_token_is_kept_under_its_digest() {
+        let token = format!("{}.42", new_prefix());
+        let key = stored_key(&token).unwrap_or_default();
+        assert!(key.ends_with(".42") && key.len() == 64 + 3);
+        assert!(!key.contains(&token[..16]));
+        assert_eq!(stored_key("no-dot"), None);
     }
 
     #[test]

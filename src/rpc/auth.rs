@@ -136,16 +136,17 @@ impl Auth for AuthService {
                 }
             };
             let jwt = node.auth().uses_jwt();
+            let prefix = token::new_prefix();
             let login = Op::Authenticate(Authenticated {
                 name: r.name.clone(),
                 simple_token: if jwt {
                     String::new()
                 } else {
-                    token::new_prefix()
+                    token::digest(&prefix)
                 },
             });
             // The member's own command: the password was checked here, and only the name and
-            // the token's random part enter the log.
+            // a digest of the token's random part enter the log.
             let Outcome::Auth(done) = node.propose(Command::new(login)).await.map_err(status)?
             else {
                 return Err(status(Error::Storage));
@@ -154,7 +155,12 @@ impl Auth for AuthService {
                 let token = if jwt {
                     node.auth().sign_jwt(&r.name, checked).map_err(status)?
                 } else {
-                    done.token
+                    // The members keep `<digest>.<index>`; the client gets the token itself.
+                    let (_, index) = done
+                        .token
+                        .split_once('.')
+                        .ok_or_else(|| status(Error::Storage))?;
+                    format!("{prefix}.{index}")
                 };
                 return Ok(Response::new(AuthenticateResponse {
                     header: header(&self.ctx),
