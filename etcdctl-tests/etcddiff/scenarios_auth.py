@@ -80,7 +80,6 @@ def build_auth_scenarios() -> None:
              U1 + " elect {P}aelect cand1 -l",                   # the leader: none yet
              U1 + " defrag",                                    # root's: the raw auth error
              U1 + " endpoint hashkv",
-             "snapshot save /dev/null",
              U1 + " user get u1",                               # its own record
              U1 + " user get root",
              U1 + " user list",
