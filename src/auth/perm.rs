@@ -64,18 +64,21 @@ impl KeySet {
     }
 
     /// Whether the request range `key`/`range_end` (etcd's conventions, see [`interval`]) is
-    /// entirely granted.
+    /// entirely granted. Allocation-free: it runs on every checked request.
     pub fn allows(&self, key: &[u8], range_end: &[u8]) -> bool {
-        let (begin, end) = interval(key, range_end);
-        // The last interval starting at or before `begin` is the only one that can cover it.
-        let at = self
-            .intervals
-            .partition_point(|(b, _)| b.as_slice() <= begin.as_slice());
-        at > 0
-            && self
-                .intervals
-                .get(at - 1)
-                .is_some_and(|(_, e)| end_covers(e, &end))
+        // The last interval starting at or before `key` is the only one that can cover it.
+        let at = self.intervals.partition_point(|(b, _)| b.as_slice() <= key);
+        let Some((_, end)) = at.checked_sub(1).and_then(|i| self.intervals.get(i)) else {
+            return false;
+        };
+        match (end, range_end) {
+            (None, _) => true,
+            // A from-key request reaches past every bounded interval.
+            (Some(_), [0]) => false,
+            // The key alone, `[key, key + "\0")`: covered when the interval ends after `key`.
+            (Some(e), []) => e.as_slice() > key,
+            (Some(e), end) => e.as_slice() >= end,
+        }
     }
 }
 
