@@ -15,6 +15,7 @@ use crate::auth::{password, token, Caller};
 use crate::error::Error;
 use crate::pb::concordpb::Authenticated;
 use crate::pb::etcdserverpb::auth_server::Auth;
+use crate::pb::etcdserverpb::ResponseHeader;
 use crate::pb::etcdserverpb::{
     AuthDisableRequest, AuthDisableResponse, AuthEnableRequest, AuthEnableResponse,
     AuthRoleAddRequest, AuthRoleAddResponse, AuthRoleDeleteRequest, AuthRoleDeleteResponse,
@@ -43,13 +44,25 @@ impl AuthService {
         AuthService { ctx }
     }
 
-    /// Proposes an auth change on behalf of the sender of `req`.
-    async fn change<T>(&self, req: &Request<T>, op: Op) -> Result<(), Status> {
-        let caller = self.ctx.caller(req).await?;
-        self.propose_change(caller, op).await
+    /// Proposes the auth change `op` makes of `req` on behalf of its sender; answers `reply`
+    /// with the response header.
+    async fn change<T, R>(
+        &self,
+        req: Request<T>,
+        op: impl FnOnce(T) -> Op,
+        reply: impl FnOnce(Option<ResponseHeader>) -> R,
+    ) -> Result<Response<R>, Status> {
+        let caller = self.ctx.caller(&req).await?;
+        self.propose_change(caller, op(req.into_inner()), reply)
+            .await
     }
 
-    async fn propose_change(&self, caller: Option<Caller>, op: Op) -> Result<(), Status> {
+    async fn propose_change<R>(
+        &self,
+        caller: Option<Caller>,
+        op: Op,
+        reply: impl FnOnce(Option<ResponseHeader>) -> R,
+    ) -> Result<Response<R>, Status> {
         match self
             .ctx
             .node
@@ -57,7 +70,7 @@ impl AuthService {
             .await
             .map_err(status)?
         {
-            Outcome::Auth(_) => Ok(()),
+            Outcome::Auth(_) => Ok(Response::new(reply(header(&self.ctx)))),
             _ => Err(status(Error::Storage)),
         }
     }
@@ -75,7 +88,7 @@ impl AuthService {
     }
 }
 
-fn header(ctx: &Context) -> Option<crate::pb::etcdserverpb::ResponseHeader> {
+fn header(ctx: &Context) -> Option<ResponseHeader> {
     current_header(&ctx.node)
 }
 
@@ -85,22 +98,18 @@ impl Auth for AuthService {
         &self,
         req: Request<AuthEnableRequest>,
     ) -> Result<Response<AuthEnableResponse>, Status> {
-        self.change(&req, Op::AuthEnable(AuthEnableRequest {}))
-            .await?;
-        Ok(Response::new(AuthEnableResponse {
-            header: header(&self.ctx),
-        }))
+        self.change(req, Op::AuthEnable, |header| AuthEnableResponse { header })
+            .await
     }
 
     async fn auth_disable(
         &self,
         req: Request<AuthDisableRequest>,
     ) -> Result<Response<AuthDisableResponse>, Status> {
-        self.change(&req, Op::AuthDisable(AuthDisableRequest {}))
-            .await?;
-        Ok(Response::new(AuthDisableResponse {
-            header: header(&self.ctx),
-        }))
+        self.change(req, Op::AuthDisable, |header| AuthDisableResponse {
+            header,
+        })
+        .await
     }
 
     async fn auth_status(
@@ -191,10 +200,10 @@ impl Auth for AuthService {
                 .await
                 .ok_or_else(|| status(Error::Storage))?
         };
-        self.propose_change(caller, Op::UserAdd(r)).await?;
-        Ok(Response::new(AuthUserAddResponse {
-            header: header(&self.ctx),
-        }))
+        self.propose_change(caller, Op::UserAdd(r), |header| AuthUserAddResponse {
+            header,
+        })
+        .await
     }
 
     async fn user_get(
@@ -231,11 +240,10 @@ impl Auth for AuthService {
         &self,
         req: Request<AuthUserDeleteRequest>,
     ) -> Result<Response<AuthUserDeleteResponse>, Status> {
-        let op = Op::UserDelete(req.get_ref().clone());
-        self.change(&req, op).await?;
-        Ok(Response::new(AuthUserDeleteResponse {
-            header: header(&self.ctx),
-        }))
+        self.change(req, Op::UserDelete, |header| AuthUserDeleteResponse {
+            header,
+        })
+        .await
     }
 
     async fn user_change_password(
@@ -257,44 +265,38 @@ impl Auth for AuthService {
                 .await
                 .ok_or_else(|| status(Error::Storage))?
         };
-        self.propose_change(caller, Op::UserChangePassword(r))
-            .await?;
-        Ok(Response::new(AuthUserChangePasswordResponse {
-            header: header(&self.ctx),
-        }))
+        self.propose_change(caller, Op::UserChangePassword(r), |header| {
+            AuthUserChangePasswordResponse { header }
+        })
+        .await
     }
 
     async fn user_grant_role(
         &self,
         req: Request<AuthUserGrantRoleRequest>,
     ) -> Result<Response<AuthUserGrantRoleResponse>, Status> {
-        let op = Op::UserGrantRole(req.get_ref().clone());
-        self.change(&req, op).await?;
-        Ok(Response::new(AuthUserGrantRoleResponse {
-            header: header(&self.ctx),
-        }))
+        self.change(req, Op::UserGrantRole, |header| AuthUserGrantRoleResponse {
+            header,
+        })
+        .await
     }
 
     async fn user_revoke_role(
         &self,
         req: Request<AuthUserRevokeRoleRequest>,
     ) -> Result<Response<AuthUserRevokeRoleResponse>, Status> {
-        let op = Op::UserRevokeRole(req.get_ref().clone());
-        self.change(&req, op).await?;
-        Ok(Response::new(AuthUserRevokeRoleResponse {
-            header: header(&self.ctx),
-        }))
+        self.change(req, Op::UserRevokeRole, |header| {
+            AuthUserRevokeRoleResponse { header }
+        })
+        .await
     }
 
     async fn role_add(
         &self,
         req: Request<AuthRoleAddRequest>,
     ) -> Result<Response<AuthRoleAddResponse>, Status> {
-        let op = Op::RoleAdd(req.get_ref().clone());
-        self.change(&req, op).await?;
-        Ok(Response::new(AuthRoleAddResponse {
-            header: header(&self.ctx),
-        }))
+        self.change(req, Op::RoleAdd, |header| AuthRoleAddResponse { header })
+            .await
     }
 
     async fn role_get(
@@ -335,32 +337,29 @@ impl Auth for AuthService {
         &self,
         req: Request<AuthRoleDeleteRequest>,
     ) -> Result<Response<AuthRoleDeleteResponse>, Status> {
-        let op = Op::RoleDelete(req.get_ref().clone());
-        self.change(&req, op).await?;
-        Ok(Response::new(AuthRoleDeleteResponse {
-            header: header(&self.ctx),
-        }))
+        self.change(req, Op::RoleDelete, |header| AuthRoleDeleteResponse {
+            header,
+        })
+        .await
     }
 
     async fn role_grant_permission(
         &self,
         req: Request<AuthRoleGrantPermissionRequest>,
     ) -> Result<Response<AuthRoleGrantPermissionResponse>, Status> {
-        let op = Op::RoleGrantPermission(req.get_ref().clone());
-        self.change(&req, op).await?;
-        Ok(Response::new(AuthRoleGrantPermissionResponse {
-            header: header(&self.ctx),
-        }))
+        self.change(req, Op::RoleGrantPermission, |header| {
+            AuthRoleGrantPermissionResponse { header }
+        })
+        .await
     }
 
     async fn role_revoke_permission(
         &self,
         req: Request<AuthRoleRevokePermissionRequest>,
     ) -> Result<Response<AuthRoleRevokePermissionResponse>, Status> {
-        let op = Op::RoleRevokePermission(req.get_ref().clone());
-        self.change(&req, op).await?;
-        Ok(Response::new(AuthRoleRevokePermissionResponse {
-            header: header(&self.ctx),
-        }))
+        self.change(req, Op::RoleRevokePermission, |header| {
+            AuthRoleRevokePermissionResponse { header }
+        })
+        .await
     }
 }
