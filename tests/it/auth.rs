@@ -90,6 +90,14 @@ async fn setup(c: &Cluster) -> TestResult {
     Ok(())
 }
 
+/// A cluster of `n` members started with `extra` flags, set up by [`setup`].
+async fn auth_cluster(n: usize, extra: &[&str]) -> TestResult<Cluster> {
+    let c = Cluster::start_with(n, extra)?;
+    c.wait_leader(Duration::from_secs(20)).await?;
+    setup(&c).await?;
+    Ok(c)
+}
+
 fn denied<T: std::fmt::Debug>(r: Result<T, tonic::Status>, code: Code, text: &str) {
     match r {
         Err(s) => {
@@ -102,9 +110,7 @@ fn denied<T: std::fmt::Debug>(r: Result<T, tonic::Status>, code: Code, text: &st
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_service_is_checked_with_tokens_valid_on_every_member() -> TestResult {
-    let c = Cluster::start(3)?;
-    c.wait_leader(Duration::from_secs(20)).await?;
-    setup(&c).await?;
+    let c = auth_cluster(3, &[]).await?;
     let user = login(&c, 0, "u", "upw").await?;
     let root = login(&c, 1, "root", "rootpw").await?;
     // A token issued through member 0 works on members 1 and 2 (the login is replicated).
@@ -247,9 +253,7 @@ async fn every_service_is_checked_with_tokens_valid_on_every_member() -> TestRes
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoked_role_and_a_deleted_user_take_effect_on_the_next_request() -> TestResult {
-    let c = Cluster::start(3)?;
-    c.wait_leader(Duration::from_secs(20)).await?;
-    setup(&c).await?;
+    let c = auth_cluster(3, &[]).await?;
     let user = login(&c, 1, "u", "upw").await?;
     let root = login(&c, 0, "root", "rootpw").await?;
     // A writer keeps writing on member 2 while root revokes its role through member 0.
@@ -323,6 +327,7 @@ async fn a_revoked_role_and_a_deleted_user_take_effect_on_the_next_request() -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_caught_up_by_a_snapshot_enforces_the_same_permissions() -> TestResult {
+    // The leader is found before auth is on (Status is root's once it is).
     let mut c = Cluster::start_with(3, &["--snapshot-count", "50"])?;
     let leader = c.wait_leader(Duration::from_secs(20)).await?;
     setup(&c).await?;
@@ -399,9 +404,7 @@ async fn jwt_tokens_signed_by_one_member_are_accepted_by_every_member() -> TestR
         public.display(),
         private.display()
     );
-    let c = Cluster::start_with(3, &[flag.as_str()])?;
-    c.wait_leader(Duration::from_secs(20)).await?;
-    setup(&c).await?;
+    let c = auth_cluster(3, &[flag.as_str()]).await?;
     let user = login(&c, 2, "u", "upw").await?;
     assert_eq!(user.split('.').count(), 3, "a JWT: {user}");
     for i in 0..3 {
@@ -439,9 +442,7 @@ async fn jwt_tokens_signed_by_one_member_are_accepted_by_every_member() -> TestR
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_simple_token_expires_after_its_ttl_without_use_and_lives_on_while_used() -> TestResult {
-    let c = Cluster::start_with(1, &["--auth-token-ttl", "3"])?;
-    c.wait_leader(Duration::from_secs(20)).await?;
-    setup(&c).await?;
+    let c = auth_cluster(1, &["--auth-token-ttl", "3"]).await?;
     let used = login(&c, 0, "u", "upw").await?;
     let idle = login(&c, 0, "u", "upw").await?;
     let mut kv = c.kv(0).await?;
@@ -466,9 +467,7 @@ async fn a_simple_token_expires_after_its_ttl_without_use_and_lives_on_while_use
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keep_alive_stream_is_judged_per_keep_alive() -> TestResult {
     use concord::pb::etcdserverpb::LeaseKeepAliveRequest;
-    let c = Cluster::start(1)?;
-    c.wait_leader(Duration::from_secs(20)).await?;
-    setup(&c).await?;
+    let c = auth_cluster(1, &[]).await?;
     let user = login(&c, 0, "u", "upw").await?;
     let root = login(&c, 0, "root", "rootpw").await?;
     let mut leases = LeaseClient::connect(c.client_url(0)?).await?;

@@ -387,34 +387,14 @@ async fn the_corruption_check_raises_corrupt_when_a_member_diverges() -> TestRes
     let first = put(&c, 0, "k", "original").await?;
     put(&c, 0, "other", "x").await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let clean = maintenance(&c, 0)
-        .await?
-        .alarm(AlarmRequest::default())
-        .await?
-        .into_inner();
-    assert!(
-        clean.alarms.is_empty(),
-        "alarm on a healthy cluster: {clean:?}"
-    );
+    let clean = alarms(&c).await?;
+    assert!(clean.is_empty(), "alarm on a healthy cluster: {clean:?}");
 
     // Tamper with one member's copy of the first write, behind Raft's back.
     c.terminate(2)?;
     tamper(&c, 2, first)?;
     c.spawn(2)?;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let alarms = maintenance(&c, 0)
-            .await?
-            .alarm(AlarmRequest::default())
-            .await?
-            .into_inner()
-            .alarms;
-        if alarms.iter().any(|a| a.alarm == AlarmType::Corrupt as i32) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no CORRUPT alarm");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_corrupt(&c).await?;
     // Every read and write is refused now, as in etcd.
     let refused = put(&c, 0, "k", "new")
         .await
@@ -459,12 +439,8 @@ async fn the_compaction_hash_check_raises_corrupt_for_a_diverged_member() -> Tes
     c.wait_leader(Duration::from_secs(20)).await?;
     // Nothing is compared before a compaction.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let none = maintenance(&c, 0)
-        .await?
-        .alarm(AlarmRequest::default())
-        .await?
-        .into_inner();
-    assert!(none.alarms.is_empty(), "{none:?}");
+    let none = alarms(&c).await?;
+    assert!(none.is_empty(), "{none:?}");
     let last = put(&c, 1, "last", "y").await?;
     c.kv(0)
         .await?
@@ -473,22 +449,35 @@ async fn the_compaction_hash_check_raises_corrupt_for_a_diverged_member() -> Tes
             physical: true,
         })
         .await?;
+    let raised = wait_corrupt(&c).await?;
+    assert_eq!(raised.member_id, 0, "the cluster, not one member");
+    Ok(())
+}
+
+/// The alarms raised in the cluster, as member 0 lists them.
+async fn alarms(c: &Cluster) -> TestResult<Vec<AlarmMember>> {
+    let req = AlarmRequest::default();
+    Ok(maintenance(c, 0)
+        .await?
+        .alarm(req)
+        .await?
+        .into_inner()
+        .alarms)
+}
+
+/// Waits up to 20 s for a CORRUPT alarm; returns it.
+async fn wait_corrupt(c: &Cluster) -> TestResult<AlarmMember> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let alarms = maintenance(&c, 0)
-            .await?
-            .alarm(AlarmRequest::default())
-            .await?
-            .into_inner()
-            .alarms;
-        if let Some(a) = alarms.iter().find(|a| a.alarm == AlarmType::Corrupt as i32) {
-            assert_eq!(a.member_id, 0, "the cluster, not one member");
-            break;
+        let corrupt = AlarmType::Corrupt as i32;
+        if let Some(a) = alarms(c).await?.into_iter().find(|a| a.alarm == corrupt) {
+            return Ok(a);
         }
-        assert!(Instant::now() < deadline, "no CORRUPT alarm");
+        if Instant::now() > deadline {
+            return Err("no CORRUPT alarm".into());
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    Ok(())
 }
 
 /// Rewrites member `m`'s copy of the write at revision `rev` (key `k`) behind Raft's back; the
