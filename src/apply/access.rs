@@ -13,15 +13,10 @@ fn lease_needs(w: &WriteTxn<'_>, s: &AuthState, caller: &Caller, leases: &[i64])
     if s.is_root(&caller.user) {
         return Vec::new();
     }
-    leases
-        .iter()
-        .flat_map(|id| w.lease_keys(*id))
-        .map(|key| Need {
-            access: auth::Access::Write,
-            key,
-            range_end: Vec::new(),
-        })
-        .collect()
+    needs::keys(
+        auth::Access::Write,
+        leases.iter().flat_map(|id| w.lease_keys(*id)),
+    )
 }
 
 /// Checks that `caller` may apply `op` (auth commands check themselves: see

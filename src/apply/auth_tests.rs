@@ -23,6 +23,13 @@ fn client(f: &Fixture, op: Op, user: Option<&str>) -> Outcome {
     f.apply_cmd(&Command::from_client(op, who))
 }
 
+fn token(t: &str) -> crate::auth::Credentials {
+    crate::auth::Credentials {
+        token: Some(t.into()),
+        cert_user: None,
+    }
+}
+
 fn put(key: &str) -> Op {
     Op::Put(PutRequest {
         key: key.into(),
@@ -137,10 +144,13 @@ fn logins_register_a_token_with_the_entry_index() -> Result<(), Box<dyn std::err
     // The members keep the digest; the token itself never passed through the log.
     let key = crate::auth::token::stored_key("abcdefghijklmnop.1");
     assert_eq!(Some(r.token), key);
-    let who = f.auth.caller(Some("abcdefghijklmnop.1"))?.map(|c| c.user);
+    let who = f
+        .auth
+        .resolve(&token("abcdefghijklmnop.1"))?
+        .map(|c| c.user);
     assert_eq!(who.as_deref(), Some("u"));
     assert_eq!(
-        f.auth.caller(Some("nope.1")).err(),
+        f.auth.resolve(&token("nope.1")).err(),
         Some(Error::InvalidAuthToken)
     );
     Ok(())

@@ -76,19 +76,10 @@ pub fn apply(w: &mut WriteTxn<'_>, auth: &AuthStore, index: u64, cmd: &Command) 
             result: Some(Outcome::Batch(CommandResults { results })),
         };
     }
-    if let Some(op) = &cmd.op {
-        if let Some(result) = auth.apply(w, op, cmd.caller.as_ref(), index) {
-            let outcome = match result {
-                Ok(token) => Outcome::Auth(AuthResult {
-                    token: token.unwrap_or_default(),
-                }),
-                Err(e) => Outcome::Error(e.code()),
-            };
-            return CommandResult {
-                result: Some(outcome),
-            };
-        }
-        if let Some(caller) = &cmd.caller {
+    // A client's command is checked against the auth store at this point of the log; the
+    // member's own commands carry no caller.
+    if let (Some(op), Some(caller)) = (&cmd.op, &cmd.caller) {
+        if auth.enabled() {
             if let Err(e) = access::check(w, &auth.current(), caller, op) {
                 w.end_request();
                 return CommandResult {
@@ -148,9 +139,8 @@ pub fn apply(w: &mut WriteTxn<'_>, auth: &AuthStore, index: u64, cmd: &Command) 
             Ok(Outcome::Done(true))
         }
         Some(Op::Alarm(req)) => Ok(Outcome::Alarm(alarm(w, req))),
-        // Applied by the auth store above.
         Some(
-            Op::AuthEnable(_)
+            op @ (Op::AuthEnable(_)
             | Op::AuthDisable(_)
             | Op::Authenticate(_)
             | Op::UserAdd(_)
@@ -161,10 +151,13 @@ pub fn apply(w: &mut WriteTxn<'_>, auth: &AuthStore, index: u64, cmd: &Command) 
             | Op::RoleAdd(_)
             | Op::RoleDelete(_)
             | Op::RoleGrantPermission(_)
-            | Op::RoleRevokePermission(_),
-        )
-        | Some(Op::Batch(_))
-        | None => Ok(Outcome::Error(Error::Storage.code())),
+            | Op::RoleRevokePermission(_)),
+        ) => auth.apply(w, op, cmd.caller.as_ref(), index).map(|token| {
+            Outcome::Auth(AuthResult {
+                token: token.unwrap_or_default(),
+            })
+        }),
+        Some(Op::Batch(_)) | None => Ok(Outcome::Error(Error::Storage.code())),
     };
     let revision = w.end_request();
     let outcome = match outcome {

@@ -35,6 +35,17 @@ fn need(access: Access, key: &[u8], range_end: &[u8]) -> Need {
     }
 }
 
+/// `access` to each of `keys` alone (the keys attached to a lease).
+pub fn keys(access: Access, keys: impl IntoIterator<Item = Vec<u8>>) -> Vec<Need> {
+    keys.into_iter()
+        .map(|key| Need {
+            access,
+            key,
+            range_end: Vec::new(),
+        })
+        .collect()
+}
+
 /// A range.
 pub fn range(r: &RangeRequest) -> Vec<Need> {
     vec![need(Access::Read, &r.key, &r.range_end)]

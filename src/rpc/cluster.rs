@@ -105,7 +105,7 @@ impl Cluster for ClusterService {
     ) -> Result<Response<MemberListResponse>, Status> {
         // etcd 3.5.28 and on: an authenticated user.
         let caller = self.ctx.caller(&req).await?;
-        self.ctx.check(caller.as_ref(), &[])?;
+        self.ctx.check(caller.as_ref(), Vec::new)?;
         if req.get_ref().linearizable {
             self.ctx.node.read_index().await.map_err(status::status)?;
         }

@@ -45,7 +45,7 @@ impl KvService {
         if !r.serializable {
             self.ctx.node.read_index().await.map_err(status)?;
         }
-        self.ctx.check(caller, &needs::range(r))?;
+        self.ctx.check(caller, || needs::range(r))?;
         let read = self.ctx.node.mvcc().read().map_err(status)?;
         let mut resp = mvcc::range(&read, r).map_err(status)?;
         drop(read);
@@ -160,7 +160,7 @@ impl Kv for KvService {
             if !is_serializable(&r) {
                 self.ctx.node.read_index().await.map_err(status)?;
             }
-            self.ctx.check(caller.as_ref(), &needs::txn(&r))?;
+            self.ctx.check(caller.as_ref(), || needs::txn(&r))?;
             let mut read = self.ctx.node.mvcc().read().map_err(status)?;
             txn::execute(&mut read, &r).map_err(status)?
         } else {

@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::{current_header, fill_header, require_leader, status::status, Context};
 use crate::apply::{Command, Op, Outcome};
-use crate::auth::{Access, Caller, Need};
+use crate::auth::{needs, Access, Caller};
 use crate::error::Error;
 use crate::lease::MAX_LEASE_TTL;
 use crate::pb::etcdserverpb::lease_server::Lease;
@@ -144,7 +144,7 @@ impl Lease for LeaseService {
         if r.keys {
             check_lease_keys(&self.ctx, caller.as_ref(), id, Access::Read)?;
         } else {
-            self.ctx.check(caller.as_ref(), &[])?;
+            self.ctx.check(caller.as_ref(), Vec::new)?;
         }
         let mut resp = match node.lease_time_to_live(r).await {
             Ok(resp) => resp,
@@ -173,7 +173,7 @@ impl Lease for LeaseService {
             for (id, _) in node.mvcc().leases() {
                 check_lease_keys(&self.ctx, caller.as_ref(), id, Access::Read)?;
             }
-            self.ctx.check(caller.as_ref(), &[])?;
+            self.ctx.check(caller.as_ref(), Vec::new)?;
         }
         let leases = node
             .mvcc()
@@ -196,22 +196,17 @@ fn check_lease_keys(
     id: i64,
     access: Access,
 ) -> Result<(), Status> {
-    let auth = ctx.node.auth().current();
-    if !auth.enabled || caller.is_some_and(|c| auth.is_root(&c.user)) {
+    if !ctx.node.auth().enabled() {
         return Ok(());
     }
-    let keys = ctx
-        .node
-        .mvcc()
-        .with_lease(id, |l| l.keys.iter().cloned().collect::<Vec<_>>())
-        .unwrap_or_default();
-    let needs: Vec<Need> = keys
-        .into_iter()
-        .map(|key| Need {
-            access,
-            key,
-            range_end: Vec::new(),
-        })
-        .collect();
-    ctx.check(caller, &needs)
+    if caller.is_some_and(|c| ctx.node.auth().current().is_root(&c.user)) {
+        return Ok(());
+    }
+    ctx.check(caller, || {
+        let keys = ctx
+            .node
+            .mvcc()
+            .with_lease(id, |l| l.keys.iter().cloned().collect::<Vec<_>>());
+        needs::keys(access, keys.unwrap_or_default())
+    })
 }

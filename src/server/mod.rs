@@ -90,7 +90,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
         strict_reconfig_check: cfg.strict_reconfig_check,
         warning_apply_duration: cfg.warning_apply_duration,
         initial_election_tick_advance: cfg.initial_election_tick_advance,
-        auth: concord_auth_options(cfg).map_err(|e| anyhow!(e))?,
+        auth: auth_options(cfg).map_err(|e| anyhow!(e))?,
         force_new_cluster: cfg.force_new_cluster.then(|| {
             config::split_urls(&cfg.initial_advertise_peer_urls)
                 .into_iter()
@@ -302,7 +302,7 @@ async fn wait_for_signal() {
 }
 
 /// `--auth-token`, `--auth-token-ttl` and `--bcrypt-cost` (a TTL of 0 means etcd's 300 s).
-fn concord_auth_options(cfg: &Config) -> Result<crate::auth::AuthOptions, String> {
+fn auth_options(cfg: &Config) -> Result<crate::auth::AuthOptions, String> {
     crate::auth::AuthOptions {
         token_ttl: match cfg.auth_token_ttl {
             0 => crate::auth::token::DEFAULT_TTL,
