@@ -107,6 +107,21 @@ impl Elector {
         self.since(&self.timer)
     }
 
+    /// Whether this member was restarted on its own data and has heard no leader since: after
+    /// a full restart its peers may come up a moment later, so a lost PreVote is retried after
+    /// about a heartbeat rather than a whole election timeout (etcd's tick advance waits for
+    /// its peers to connect for the same reason).
+    fn restarting(&self) -> bool {
+        self.advanced && self.leader_heard.load(Ordering::Relaxed) == NEVER
+    }
+
+    /// A retry delay in `[H, 2H)` for a restarting member's lost PreVote (the jitter keeps two
+    /// restarting members from asking at the same instant over and over).
+    fn restart_retry(&self, seed: &mut u64) -> Duration {
+        let h = self.heartbeat.as_millis().max(1) as u64;
+        Duration::from_millis(h + self.random_timeout(seed).as_millis() as u64 % h)
+    }
+
     /// Time since this member last heard from a leader it follows.
     fn leader_silence(&self) -> Duration {
         self.since(&self.leader_heard)
@@ -146,6 +161,16 @@ impl Elector {
     }
 }
 
+/// What one tick of the election timer did.
+enum Attempt {
+    /// Nothing: leading, not a voter, or the timeout has not passed.
+    None,
+    /// Campaigned (or, as the only voter, asked openraft to).
+    Made,
+    /// Asked for PreVotes and did not get a majority.
+    Lost,
+}
+
 impl RaftNode {
     /// Starts the election timer task (every voter runs one; it does nothing while leading).
     pub(super) fn start_elections(self: &Arc<Self>) {
@@ -171,15 +196,22 @@ impl RaftNode {
                 let Some(node) = Weak::upgrade(&node) else {
                     return;
                 };
-                if node.election_tick(timeout).await {
-                    timeout = node.elector.random_timeout(&mut seed);
+                match node.election_tick(timeout).await {
+                    Attempt::None => {}
+                    Attempt::Lost if node.elector.restarting() => {
+                        timeout = node.elector.restart_retry(&mut seed);
+                    }
+                    Attempt::Lost | Attempt::Made => {
+                        timeout = node.elector.random_timeout(&mut seed);
+                    }
                 }
             }
         });
     }
 
-    /// One tick of the timer; true when it started an attempt (the timeout is drawn anew).
-    async fn election_tick(&self, timeout: Duration) -> bool {
+    /// One tick of the timer: whether it started an attempt (the timeout is then drawn anew)
+    /// and whether that attempt lost its PreVote.
+    async fn election_tick(&self, timeout: Duration) -> Attempt {
         let (leading, voter, single, state) = {
             let m = self.raft.metrics();
             let m = m.borrow();
@@ -196,27 +228,27 @@ impl RaftNode {
             self.elector
                 .quorum_lost
                 .store(!self.quorum_heard(), Ordering::Relaxed);
-            return false;
+            return Attempt::None;
         }
         self.elector.quorum_lost.store(false, Ordering::Relaxed);
         if !voter || state == ServerState::Shutdown {
-            return false;
+            return Attempt::None;
         }
         let waited = self.elector.timer_elapsed();
         if single {
             // The only voter needs nobody's consent: it campaigns at once, and again only if a
             // campaign did not end within a timeout.
             if state != ServerState::Follower && waited < timeout {
-                return false;
+                return Attempt::None;
             }
             self.elector.restart_timer();
             if let Err(e) = self.raft.trigger().elect().await {
                 tracing::warn!(error = %e, "election trigger");
             }
-            return true;
+            return Attempt::Made;
         }
         if waited < timeout {
-            return false;
+            return Attempt::None;
         }
         self.elector.restart_timer();
         let granted = self.pre_vote().await;
@@ -229,13 +261,14 @@ impl RaftNode {
             if let Err(e) = self.raft.trigger().elect().await {
                 tracing::warn!(error = %e, "election trigger");
             }
+            Attempt::Made
         } else {
             tracing::info!(
                 waited_ms = waited.as_millis() as u64,
                 "PreVote lost: not campaigning"
             );
+            Attempt::Lost
         }
-        true
     }
 
     /// On the leader: whether a majority of every voter configuration (joint ones during a
@@ -369,6 +402,21 @@ mod tests {
         assert!(!fresh.leader_lost(), "waits a whole timeout first");
         restarted.heard_leader();
         assert!(!restarted.leader_lost() && restarted.leader_alive());
+    }
+
+    #[test]
+    fn a_restarted_member_retries_within_two_heartbeats_until_it_hears_a_leader() {
+        let (e, h) = (Duration::from_millis(1000), Duration::from_millis(100));
+        let restarted = Elector::new(e, h, true);
+        assert!(restarted.restarting());
+        let mut seed = 7;
+        for _ in 0..1000 {
+            let t = restarted.restart_retry(&mut seed);
+            assert!(t >= h && t < 2 * h, "{t:?}");
+        }
+        restarted.heard_leader();
+        assert!(!restarted.restarting(), "back to whole timeouts");
+        assert!(!Elector::new(e, h, false).restarting());
     }
 
     #[test]
