@@ -5,7 +5,8 @@
 # (openssl-made certificates and client-cert auth on three members, --auto-tls on one), the
 # operator commands on three members, the benchmark tools with and without auth, and the fault
 # suite's failover check and short mode (every fault kind against a 3-member cluster in network
-# namespaces; needs root). Installs what it needs by itself.
+# namespaces; needs root), and the Helm chart (linted, schema-checked, and the pods it renders
+# run as processes). Installs what it needs by itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ref=$(scripts/install-test-tools.sh)
@@ -34,3 +35,8 @@ python3 benches/compare.py --smoke --auth --etcd-dir "$ref" --concord target/deb
 target/debug/concord-faults --mode failover
 # Fault injection: kill -9, SIGSTOP, partitions, full crash, slow disk; histories checked.
 target/debug/concord-faults --mode short
+# The Helm chart: lint and Kubernetes 1.29-1.37 schemas of every values variant, the Dockerfile's
+# checks, then the pods it renders run as real processes in network namespaces (defaults; TLS
+# with auth, backups, defrag and a restore): install, helm test, scale 3 -> 5 -> 3, a lost volume.
+k8s=$(scripts/install-k8s-tools.sh)
+"$k8s/python" charts/test/chart_test.py --tools "$k8s" --etcdctl "$ref/etcdctl" --concord target/debug/concord

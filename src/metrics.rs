@@ -219,6 +219,8 @@ pub struct Snapshot {
     pub compacted: i64,
     /// Bytes on disk.
     pub db_size: u64,
+    /// The space quota (`--quota-backend-bytes`, the default filled in).
+    pub quota_bytes: u64,
     /// Keys with history in the index.
     pub keys: usize,
     /// The auth store's revision.
@@ -256,6 +258,11 @@ pub fn render(s: &Snapshot) -> String {
         s.applied as f64,
     );
     gauge("etcd_server_term", "The current Raft term.", s.term as f64);
+    gauge(
+        "etcd_server_quota_backend_bytes",
+        "Current backend storage quota size in bytes.",
+        s.quota_bytes as f64,
+    );
     gauge(
         "etcd_mvcc_db_total_size_in_bytes",
         "Total size of the underlying database physically allocated in bytes.",
@@ -450,12 +457,14 @@ mod tests {
             revision: 7,
             compacted: 0,
             db_size: 10,
+            quota_bytes: 2 << 30,
             keys: 2,
             auth_revision: 1,
             watchers: 1,
             slow_watchers: 0,
         });
         assert!(page.contains("etcd_server_has_leader 1"));
+        assert!(page.contains("etcd_server_quota_backend_bytes 2147483648"));
         assert!(page.contains("etcd_debugging_auth_revision 1"));
         assert!(page.contains("etcd_debugging_mvcc_watcher_total 1"));
         assert!(page.contains("# TYPE etcd_disk_wal_fsync_duration_seconds histogram"));

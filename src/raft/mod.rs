@@ -364,6 +364,7 @@ impl RaftNode {
             revision: self.mvcc.current_revision(),
             compacted: self.mvcc.compacted_revision(),
             db_size: self.storage.disk_space(),
+            quota_bytes: self.options.quota_bytes,
             keys: self.mvcc.key_count(),
             auth_revision: self.auth.current().revision,
             watchers: watch.watchers,
