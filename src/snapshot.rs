@@ -77,19 +77,41 @@ impl SnapshotCli {
     }
 }
 
-/// The snapshot without its checksum, after checking the checksum unless `skip_check`.
-fn verified(file: &Path, skip_check: bool) -> anyhow::Result<Vec<u8>> {
-    let mut bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-    if bytes.len() < 32 {
+/// Opens a snapshot file after checking its SHA-256 trailer (unless `skip_check`), reading it
+/// once in chunks. Returns the file, rewound, and its size.
+fn verified(file: &Path, skip_check: bool) -> anyhow::Result<(std::fs::File, u64)> {
+    use std::io::{Read, Seek};
+    let open = || std::fs::File::open(file).with_context(|| format!("reading {}", file.display()));
+    let mut f = open()?;
+    let size = f.metadata()?.len();
+    if size < 32 {
         bail!("snapshot file {} is too short", file.display());
     }
-    let body_len = bytes.len() - 32;
-    let expected = Sha256::digest(bytes.get(..body_len).unwrap_or_default());
-    if bytes.get(body_len..) != Some(&expected[..]) && !skip_check {
-        bail!("snapshot file integrity check failed: expected sha256 does not match");
+    if !skip_check {
+        let mut hasher = Sha256::new();
+        std::io::copy(&mut (&mut f).take(size - 32), &mut HashWriter(&mut hasher))?;
+        let mut trailer = [0u8; 32];
+        f.read_exact(&mut trailer)?;
+        if hasher.finalize()[..] != trailer[..] {
+            bail!("snapshot file integrity check failed: expected sha256 does not match");
+        }
     }
-    bytes.truncate(body_len);
-    Ok(bytes)
+    f.rewind()?;
+    Ok((f, size))
+}
+
+/// Feeds what is written to it into a SHA-256.
+struct HashWriter<'a>(&'a mut Sha256);
+
+impl std::io::Write for HashWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
@@ -100,7 +122,7 @@ fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
     if data_dir.exists() {
         bail!("data-dir {:?} exists", data_dir.display().to_string());
     }
-    let bytes = verified(&args.file, args.skip_hash_check)?;
+    let (file, _) = verified(&args.file, args.skip_hash_check)?;
     let cfg = config::Config::for_restore(
         &args.name,
         &args.initial_cluster,
@@ -116,7 +138,8 @@ fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
         );
     }
     let storage = Storage::open(&data_dir).context("creating the data dir")?;
-    let revision = crate::raft::restore_snapshot(&storage, &bytes).map_err(|e| anyhow!(e))?;
+    let (revision, _) = crate::raft::snapshots::restore(&storage, file)
+        .with_context(|| format!("restoring {}", args.file.display()))?;
     storage.save_identity(id, config::cluster_id(members.keys()))?;
     tracing::info!(
         path = %args.file.display(),
@@ -129,14 +152,14 @@ fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
 }
 
 fn status(args: &StatusArgs) -> anyhow::Result<()> {
-    let bytes = verified(&args.file, false)?;
+    let (file, size) = verified(&args.file, false)?;
     let dir = tempfile::tempdir()?;
     let storage = Storage::open(dir.path())?;
-    crate::raft::restore_snapshot(&storage, &bytes).map_err(|e| anyhow!(e))?;
+    let (_, keys) = crate::raft::snapshots::restore(&storage, file)
+        .with_context(|| format!("reading {}", args.file.display()))?;
     let mvcc = MvccStore::open(storage.clone())?;
     let (hash, _, revision) = mvcc.hash_kv(0).map_err(|e| anyhow!(e))?;
-    let keys = storage.scan(crate::storage::Space::Kv)?.len();
-    let size = bytes.len() + 32;
+    let size = size as usize;
     match args.write_out.as_str() {
         "json" => println!(
             r#"{{"hash":{hash},"revision":{revision},"totalKey":{keys},"totalSize":{size}}}"#

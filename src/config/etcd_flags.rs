@@ -72,6 +72,8 @@ pub const FLAGS: &[Flag] = &[
         NoEffect("Concord keeps its Raft log inside the data dir"),
     ),
     f("snapshot-count", Uint, Implemented),
+    // Concord's own (not an etcd flag).
+    f("snapshot-chunk-bytes", Uint, Implemented),
     f("heartbeat-interval", Uint, Implemented),
     f("election-timeout", Uint, Implemented),
     f("initial-election-tick-advance", Bool, Implemented),

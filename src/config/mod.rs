@@ -79,6 +79,11 @@ pub struct Config {
     /// Number of committed entries that trigger a snapshot and log compaction.
     #[arg(long, default_value_t = 100_000)]
     pub snapshot_count: u64,
+    /// Concord's own: the largest piece of a snapshot sent to a member in one message (a
+    /// member far behind is sent the whole state this way, read from disk and written to disk
+    /// piece by piece).
+    #[arg(long, default_value_t = 3 << 20)]
+    pub snapshot_chunk_bytes: u64,
     /// Interval between progress notifications to watches that asked for them.
     #[arg(
         long = "experimental-watch-progress-notify-interval",

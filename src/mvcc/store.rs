@@ -77,6 +77,23 @@ impl MvccStore {
         Ok(())
     }
 
+    /// Runs `replace`, which rewrites the keyspaces wholesale (a snapshot install), with every
+    /// reader and writer kept out, then reloads the state from disk: no read sees a mix.
+    ///
+    /// # Errors
+    /// Those of `replace`; a reload failure.
+    pub fn replace_all<E: From<StorageError>>(
+        &self,
+        replace: impl FnOnce() -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        let mut state = self.state.write().map_err(|_| poisoned())?;
+        replace()?;
+        *state = load_state(&self.storage)?;
+        self.raised
+            .store(alarm_bits(&state.alarms), Ordering::Release);
+        Ok(())
+    }
+
     /// Starts a read at the current state.
     ///
     /// # Errors

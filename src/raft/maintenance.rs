@@ -17,12 +17,14 @@ use crate::pb::concordpb::TimeoutNowRequest;
 use crate::storage::{meta_key, Space};
 
 impl RaftNode {
-    /// The bytes of a snapshot that covers everything applied when called: a consistent
-    /// point-in-time copy of the whole state (the format `concord snapshot restore` reads).
+    /// An open snapshot file that covers everything applied when called: a consistent
+    /// point-in-time copy of the whole state (the format `concord snapshot restore` reads),
+    /// read from disk as it is sent. A newer snapshot may replace the file's name meanwhile;
+    /// the handle keeps reading this one.
     ///
     /// # Errors
     /// [`Error::Timeout`] if the snapshot is not built in time; [`Error::Storage`].
-    pub async fn snapshot_bytes(&self) -> Result<Vec<u8>> {
+    pub async fn snapshot_file(&self) -> Result<std::fs::File> {
         let target = self.applied_index();
         self.raft
             .trigger()
@@ -35,9 +37,7 @@ impl RaftNode {
             .await
             .map_err(|_| Error::Timeout)?
             .map_err(|_| Error::Stopped)?;
-        tokio::fs::read(&self.snapshot_path)
-            .await
-            .map_err(|_| Error::Storage)
+        std::fs::File::open(self.snapshots.current_path()).map_err(|_| Error::Storage)
     }
 
     /// Hands leadership to voter `target` (etcd's MoveLeader); must run on the leader.

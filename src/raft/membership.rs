@@ -447,6 +447,47 @@ impl RaftNode {
     }
 }
 
+/// For a member started with `--initial-cluster-state new` and an empty data dir, as etcd
+/// checks: whether a peer that answers within `patience` lists member `id` as having run (its
+/// client URLs published). Bootstrapping it again would start it with an empty log and no
+/// memory of its votes, which Raft's safety does not survive. No answer: false.
+pub async fn bootstrapped_elsewhere(
+    peer_urls: &[String],
+    id: u64,
+    patience: Duration,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+) -> bool {
+    let asks = peer_urls.iter().map(|url| {
+        let tls = tls.clone();
+        async move {
+            let ch = super::network::peer_channel(url, super::network::UNACKED, tls).ok()?;
+            let reply = crate::pb::concordpb::raft_peer_client::RaftPeerClient::new(ch)
+                .members(MembersRequest {})
+                .await
+                .ok()?;
+            Some(
+                reply
+                    .into_inner()
+                    .members
+                    .iter()
+                    .any(|m| m.id == id && !m.client_ur_ls.is_empty()),
+            )
+        }
+    });
+    let mut answers: futures::stream::FuturesUnordered<_> = asks.collect();
+    let any_ran = async {
+        while let Some(answer) = futures::StreamExt::next(&mut answers).await {
+            if answer == Some(true) {
+                return true;
+            }
+        }
+        false
+    };
+    tokio::time::timeout(patience, any_ran)
+        .await
+        .unwrap_or(false)
+}
+
 /// For a member started with `--initial-cluster-state existing` and an empty data dir: asks the
 /// running members at `peer_urls` for the membership and finds the member whose peer URLs are
 /// `own_urls` (added beforehand with `member add`). Returns (member ID, cluster ID).
@@ -479,12 +520,15 @@ pub async fn discover_identity(
                         .members
                         .iter()
                         .find(|m| m.peer_ur_ls.iter().collect::<BTreeSet<_>>() == own);
-                    return match found {
-                        Some(m) => Ok((m.id, r.cluster_id)),
-                        None => Err(format!(
-                            "no member with peer URLs {own_urls:?} in the cluster at {url}: add it first with `etcdctl member add`"
-                        )),
-                    };
+                    // A peer that has not applied the `member add` yet: ask again.
+                    match found {
+                        Some(m) => return Ok((m.id, r.cluster_id)),
+                        None => {
+                            last_error = format!(
+                                "no member with peer URLs {own_urls:?} in the cluster at {url}: add it first with `etcdctl member add`"
+                            );
+                        }
+                    }
                 }
                 Err(e) => last_error = format!("{url}: {e}"),
             }

@@ -19,20 +19,21 @@ mod propose;
 mod quota;
 mod read;
 mod route;
+mod snapshot_file;
+pub mod snapshots;
 mod state_machine;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Cursor;
 use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::BasicNode;
 
 pub use log_store::LogStore;
-pub use membership::{discover_identity, first_url, REMOVED_MESSAGE};
+pub use membership::{bootstrapped_elsewhere, discover_identity, first_url, REMOVED_MESSAGE};
 pub use network::NetworkFactory;
 pub use peer::PeerService;
-pub use state_machine::{restore_snapshot, StateMachine};
+pub use state_machine::StateMachine;
 
 use crate::apply::{Command, CommandResult};
 use crate::mvcc::MvccStore;
@@ -47,9 +48,14 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = tokio::fs::File,
         AsyncRuntime = openraft::TokioRuntime,
 );
+
+/// How long a leader waits for one snapshot piece to be taken, the last one installed
+/// included (openraft's default, 200 ms, is far less than installing a large state takes; a
+/// member that is gone is noticed sooner by the connection's own timeout).
+const SNAPSHOT_INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The openraft handle.
 pub type Raft = openraft::Raft<TypeConfig>;
@@ -67,6 +73,8 @@ pub struct RaftOptions {
     pub max_request_bytes: usize,
     /// Entries between snapshots.
     pub snapshot_every: u64,
+    /// Bytes per snapshot message to a lagging member (`--snapshot-chunk-bytes`).
+    pub snapshot_chunk: u64,
     /// Interval of progress notifications to `progress_notify` watches.
     pub progress_interval: Duration,
     /// How often the leader checkpoints remaining lease TTLs through the log.
@@ -111,8 +119,8 @@ pub struct RaftNode {
     membership_lock: tokio::sync::Mutex<()>,
     /// Shared with the transport: removal, quiet mode, peers' last contact.
     links: Arc<network::Links>,
-    /// The state machine's latest snapshot file.
-    snapshot_path: std::path::PathBuf,
+    /// The state machine's snapshot files.
+    snapshots: Arc<snapshots::SnapshotFiles>,
     /// The backend size for the space quota.
     quota: Arc<quota::QuotaMeter>,
     /// The election timer and CheckQuorum state.
@@ -142,13 +150,14 @@ impl RaftNode {
             crate::auth::AuthStore::open(&storage, options.auth.clone())
                 .map_err(|e| StorageError(e.to_string()))?,
         );
+        let snapshots = Arc::new(snapshots::SnapshotFiles::new(data_dir));
         let sm = StateMachine::open(
             id,
             storage.clone(),
             mvcc.clone(),
             auth.clone(),
             hub.clone(),
-            data_dir,
+            snapshots.clone(),
             removed.clone(),
         )
         .map_err(|e| StorageError(e.to_string()))?
@@ -180,6 +189,10 @@ impl RaftNode {
             // Entries kept behind a snapshot so a briefly lagging follower catches up from the
             // log rather than a full snapshot (etcd's snapshot-catchup-entries: 5000).
             max_in_snapshot_log_to_keep: options.snapshot_every.min(5000),
+            // A snapshot travels in pieces read from and written to disk; the last piece's
+            // answer waits for the whole install, which takes time with a large state.
+            snapshot_max_chunk_size: options.snapshot_chunk,
+            install_snapshot_timeout: SNAPSHOT_INSTALL_TIMEOUT.as_millis() as u64,
             // Elections are started by `election.rs` (PreVote first), not by openraft's timer,
             // and need no lease of openraft's: see that module.
             enable_elect: false,
@@ -222,7 +235,7 @@ impl RaftNode {
             checkpoint_gate: tokio::sync::RwLock::new(()),
             membership_lock: tokio::sync::Mutex::new(()),
             links,
-            snapshot_path: state_machine::snapshot_path(data_dir),
+            snapshots,
             elector: election::Elector::new(options_election, options_heartbeat, advance),
             log: log_handle,
         });

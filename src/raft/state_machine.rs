@@ -5,44 +5,22 @@
 //! so a crash never loses or double-applies an entry; entries at or below the applied index are
 //! skipped.
 
-use std::io::{Cursor, Write};
-use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::snapshots::SnapshotFiles;
+use super::TypeConfig;
+use crate::apply::{self, CommandResult};
+use crate::mvcc::{KvTxn, MvccStore};
+use crate::storage::{meta_key, Space, Storage, View};
+use crate::watch::WatchHub;
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
     AnyError, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError,
     StorageIOError, StoredMembership,
 };
-use serde::{Deserialize, Serialize};
-
-use super::TypeConfig;
-use crate::apply::{self, CommandResult};
-use crate::mvcc::{KvTxn, MvccStore};
-use crate::storage::{meta_key, Space, Storage};
-use crate::watch::WatchHub;
 
 type Entry = openraft::Entry<TypeConfig>;
 type Membership = StoredMembership<u64, openraft::BasicNode>;
-
-/// Everything a snapshot carries besides openraft's metadata: the full MVCC keyspace and the
-/// revision counters.
-#[derive(Serialize, Deserialize)]
-struct SnapshotBody {
-    kv: Vec<(Vec<u8>, Vec<u8>)>,
-    leases: Vec<(Vec<u8>, Vec<u8>)>,
-    revision: Option<Vec<u8>>,
-    compacted: Option<Vec<u8>>,
-    /// Meta entries written by applied commands (members' attributes, removed members, alarms).
-    replicated_meta: Vec<(Vec<u8>, Vec<u8>)>,
-}
-
-/// A snapshot as saved in the data dir.
-#[derive(Serialize, Deserialize)]
-struct StoredSnapshot {
-    meta: SnapshotMeta<u64, openraft::BasicNode>,
-    data: Vec<u8>,
-}
 
 /// The state machine of one member.
 pub struct StateMachine {
@@ -52,7 +30,7 @@ pub struct StateMachine {
     mvcc: Arc<MvccStore>,
     auth: Arc<crate::auth::AuthStore>,
     hub: Arc<WatchHub>,
-    snapshot_path: PathBuf,
+    snapshots: Arc<SnapshotFiles>,
     applied: Option<LogId<u64>>,
     membership: Membership,
     snapshot_seq: u64,
@@ -75,7 +53,8 @@ impl StateMachine {
         self
     }
 
-    /// Loads the applied state from `storage`.
+    /// Loads the applied state from `storage`, after finishing a snapshot install that a
+    /// stop interrupted (see [`super::snapshots`]).
     ///
     /// # Errors
     /// On a read failure or corrupt metadata.
@@ -85,9 +64,20 @@ impl StateMachine {
         mvcc: Arc<MvccStore>,
         auth: Arc<crate::auth::AuthStore>,
         hub: Arc<WatchHub>,
-        data_dir: &std::path::Path,
+        snapshots: Arc<SnapshotFiles>,
         removed: Arc<tokio::sync::watch::Sender<bool>>,
     ) -> Result<Self, StorageError<u64>> {
+        let mut finished = false;
+        mvcc.replace_all(|| {
+            finished = snapshots
+                .finish_interrupted_install(&storage)
+                .map_err(|e| crate::storage::StorageError(e.to_string()))?;
+            Ok::<(), crate::storage::StorageError>(())
+        })
+        .map_err(snap_err)?;
+        if finished {
+            auth.reload(&storage).map_err(snap_err)?;
+        }
         let decode = |key: &[u8]| -> Result<Option<Vec<u8>>, StorageError<u64>> {
             storage.get(Space::Meta, key).map_err(sm_err)
         };
@@ -111,7 +101,7 @@ impl StateMachine {
             mvcc,
             auth,
             hub,
-            snapshot_path: snapshot_path(data_dir),
+            snapshots,
             applied,
             membership,
             snapshot_seq: 0,
@@ -120,39 +110,28 @@ impl StateMachine {
     }
 }
 
-/// Where a member keeps its latest snapshot.
-pub fn snapshot_path(data_dir: &std::path::Path) -> PathBuf {
-    data_dir.join("snapshot.bin")
-}
-
-/// Writes a snapshot file atomically: temp file, fsync, rename.
-fn save_snapshot(path: &std::path::Path, snap: &StoredSnapshot) -> Result<(), StorageError<u64>> {
-    let bytes = bincode::serialize(snap).map_err(snap_err)?;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(snap_err)?;
-    f.write_all(&bytes).map_err(snap_err)?;
-    f.sync_all().map_err(snap_err)?;
-    std::fs::rename(&tmp, path).map_err(snap_err)
-}
-
-/// Builds a snapshot from data captured while the state machine was exclusively borrowed.
+/// Builds a snapshot from a view of the state taken while the state machine was exclusively
+/// borrowed (so it matches `meta` exactly); the building runs while entries are applied.
 pub struct SnapshotBuilder {
     meta: SnapshotMeta<u64, openraft::BasicNode>,
-    body: Result<Vec<u8>, String>,
-    path: PathBuf,
+    view: Option<View>,
+    snapshots: Arc<SnapshotFiles>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<u64>> {
-        let data = self.body.clone().map_err(snap_err)?;
-        let stored = StoredSnapshot {
-            meta: self.meta.clone(),
-            data,
-        };
-        save_snapshot(&self.path, &stored)?;
+        let view = self
+            .view
+            .take()
+            .ok_or_else(|| snap_err("snapshot builder used twice"))?;
+        let (meta, snapshots) = (self.meta.clone(), self.snapshots.clone());
+        let file = tokio::task::spawn_blocking(move || snapshots.build(&meta, &view))
+            .await
+            .map_err(snap_err)?
+            .map_err(snap_err)?;
         Ok(Snapshot {
-            meta: stored.meta,
-            snapshot: Box::new(Cursor::new(stored.data)),
+            meta: self.meta.clone(),
+            snapshot: Box::new(tokio::fs::File::from_std(file)),
         })
     }
 }
@@ -241,152 +220,71 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             last_membership: self.membership.clone(),
             snapshot_id,
         };
-        // Captured now, while no entry can be applied, so the data matches `meta` exactly.
-        let body = (|| -> Result<Vec<u8>, String> {
-            let body = SnapshotBody {
-                kv: self.storage.scan(Space::Kv).map_err(|e| e.to_string())?,
-                leases: self.storage.scan(Space::Lease).map_err(|e| e.to_string())?,
-                revision: self
-                    .storage
-                    .get(Space::Meta, meta_key::REVISION)
-                    .map_err(|e| e.to_string())?,
-                compacted: self
-                    .storage
-                    .get(Space::Meta, meta_key::COMPACTED)
-                    .map_err(|e| e.to_string())?,
-                replicated_meta: self
-                    .storage
-                    .scan_prefix(Space::Meta, meta_key::REPLICATED)
-                    .map_err(|e| e.to_string())?,
-            };
-            bincode::serialize(&body).map_err(|e| e.to_string())
-        })();
+        // Taken now, while no entry can be applied, so the data matches `meta` exactly.
         SnapshotBuilder {
             meta,
-            body,
-            path: self.snapshot_path.clone(),
+            view: Some(self.storage.view()),
+            snapshots: self.snapshots.clone(),
         }
     }
 
     async fn begin_receiving_snapshot(
         &mut self,
-    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<u64>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    ) -> Result<Box<tokio::fs::File>, StorageError<u64>> {
+        let file = tokio::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(self.snapshots.receiving_path())
+            .await
+            .map_err(snap_err)?;
+        Ok(Box::new(file))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<u64, openraft::BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<tokio::fs::File>,
     ) -> Result<(), StorageError<u64>> {
-        let data = snapshot.into_inner();
-        let body: SnapshotBody = bincode::deserialize(&data).map_err(snap_err)?;
-        // One atomic batch replaces the whole state: a crash leaves either the old state with
-        // its applied index or the new one with the snapshot's.
-        let mut batch = self.storage.batch();
-        for (space, entries) in [(Space::Kv, &body.kv), (Space::Lease, &body.leases)] {
-            let incoming: std::collections::HashSet<&[u8]> =
-                entries.iter().map(|(k, _)| k.as_slice()).collect();
-            for (k, _) in self.storage.scan(space).map_err(snap_err)? {
-                if !incoming.contains(k.as_slice()) {
-                    batch.remove(space, &k);
-                }
-            }
-            for (k, v) in entries {
-                batch.insert(space, k, v);
-            }
-        }
-        for (key, value) in [
-            (meta_key::REVISION, &body.revision),
-            (meta_key::COMPACTED, &body.compacted),
-        ] {
-            match value {
-                Some(v) => batch.insert(Space::Meta, key, v),
-                None => batch.remove(Space::Meta, key),
-            }
-        }
-        for (k, _) in self
-            .storage
-            .scan_prefix(Space::Meta, meta_key::REPLICATED)
-            .map_err(snap_err)?
-        {
-            batch.remove(Space::Meta, &k);
-        }
-        for (k, v) in &body.replicated_meta {
-            batch.insert(Space::Meta, k, v);
-        }
-        let applied = bincode::serialize(&meta.last_log_id).map_err(snap_err)?;
-        batch.insert(Space::Meta, meta_key::APPLIED, &applied);
-        let membership = bincode::serialize(&meta.last_membership).map_err(snap_err)?;
-        batch.insert(Space::Meta, meta_key::MEMBERSHIP, &membership);
-        batch.commit().map_err(snap_err)?;
-        self.storage.persist_state().map_err(snap_err)?;
-        self.mvcc.reload().map_err(snap_err)?;
+        use tokio::io::AsyncWriteExt;
+        let mut file = *snapshot;
+        file.flush().await.map_err(snap_err)?;
+        let file = file.into_std().await;
+        let (storage, mvcc, snapshots) = (
+            self.storage.clone(),
+            self.mvcc.clone(),
+            self.snapshots.clone(),
+        );
+        let announced = meta.clone();
+        tokio::task::spawn_blocking(move || {
+            mvcc.replace_all(|| {
+                snapshots
+                    .install_received(&storage, &announced, file)
+                    .map_err(|e| crate::storage::StorageError(e.to_string()))
+            })
+        })
+        .await
+        .map_err(snap_err)?
+        .map_err(snap_err)?;
         self.auth.reload(&self.storage).map_err(snap_err)?;
         self.hub.resync_all(self.mvcc.current_revision());
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
-        save_snapshot(
-            &self.snapshot_path,
-            &StoredSnapshot {
-                meta: meta.clone(),
-                data,
-            },
-        )
+        Ok(())
     }
 
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<u64>> {
-        let bytes = match std::fs::read(&self.snapshot_path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(snap_err(e)),
-        };
-        let stored: StoredSnapshot = bincode::deserialize(&bytes).map_err(snap_err)?;
-        Ok(Some(Snapshot {
-            meta: stored.meta,
-            snapshot: Box::new(Cursor::new(stored.data)),
+        let snapshots = self.snapshots.clone();
+        let current = tokio::task::spawn_blocking(move || snapshots.current())
+            .await
+            .map_err(snap_err)?
+            .map_err(snap_err)?;
+        Ok(current.map(|(meta, file)| Snapshot {
+            meta,
+            snapshot: Box::new(tokio::fs::File::from_std(file)),
         }))
     }
-}
-
-/// Writes the state a snapshot file carries (as `Maintenance.Snapshot` streams it, without the
-/// trailing checksum) into an empty `storage`, for a new cluster: keys with their history,
-/// leases, revisions and alarms; not the old cluster's members. Returns the revision.
-///
-/// # Errors
-/// A corrupt snapshot, or a storage failure.
-pub fn restore_snapshot(storage: &Storage, bytes: &[u8]) -> Result<i64, String> {
-    let stored: StoredSnapshot = bincode::deserialize(bytes).map_err(|e| e.to_string())?;
-    let body: SnapshotBody = bincode::deserialize(&stored.data).map_err(|e| e.to_string())?;
-    let mut batch = storage.batch();
-    for (k, v) in &body.kv {
-        batch.insert(Space::Kv, k, v);
-    }
-    for (k, v) in &body.leases {
-        batch.insert(Space::Lease, k, v);
-    }
-    for (key, value) in [
-        (meta_key::REVISION, &body.revision),
-        (meta_key::COMPACTED, &body.compacted),
-    ] {
-        if let Some(v) = value {
-            batch.insert(Space::Meta, key, v);
-        }
-    }
-    // Alarms and the auth store (users, roles, enabled) carry over to the new cluster, as in
-    // etcd; members and removals belong to the old one.
-    for (k, v) in body.replicated_meta.iter().filter(|(k, _)| {
-        k.starts_with(meta_key::ALARM) || k.starts_with(crate::auth::state::key::PREFIX)
-    }) {
-        batch.insert(Space::Meta, k, v);
-    }
-    batch.commit().map_err(|e| e.to_string())?;
-    storage.persist_state().map_err(|e| e.to_string())?;
-    let revision = body
-        .revision
-        .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
-        .map_or(1, i64::from_be_bytes);
-    Ok(revision)
 }

@@ -32,6 +32,68 @@ const SNAPSHOT_PAGE: usize = 512;
 /// Bytes per snapshot message, as etcd sends them.
 const SNAPSHOT_CHUNK: usize = 32 * 1024;
 
+/// Sends the snapshot `file` as etcd does: in [`SNAPSHOT_CHUNK`] messages, padded to whole
+/// [`SNAPSHOT_PAGE`]s (etcdctl expects the checksum after a bbolt page) and followed by the
+/// SHA-256 of everything before it; read from disk as it goes, so memory stays a few chunks
+/// whatever the size. Stops when the client goes away.
+fn stream_snapshot(
+    file: std::fs::File,
+    header: Option<crate::pb::etcdserverpb::ResponseHeader>,
+    tx: &tokio::sync::mpsc::Sender<Result<SnapshotResponse, Status>>,
+) {
+    use std::io::Read;
+    let fail = |e: std::io::Error| {
+        tracing::warn!(error = %e, "reading the snapshot");
+        let _ = tx.blocking_send(Err(Status::internal(e.to_string())));
+    };
+    let len = match file.metadata() {
+        Ok(m) => m.len() as usize,
+        Err(e) => return fail(e),
+    };
+    // The bytes sent: the file, zeros up to `padded`, then the digest up to `total`.
+    let padded = len.div_ceil(SNAPSHOT_PAGE) * SNAPSHOT_PAGE;
+    let total = padded + 32;
+    tracing::info!(bytes = total, "sending snapshot");
+    let mut input = file;
+    let mut hasher = Sha256::new();
+    let mut pos = 0;
+    while pos < total {
+        let end = (pos + SNAPSHOT_CHUNK).min(total);
+        let mut blob = Vec::with_capacity(end - pos);
+        if pos < len {
+            let want = end.min(len) - pos;
+            if let Err(e) = (&mut input).take(want as u64).read_to_end(&mut blob) {
+                return fail(e);
+            }
+            if blob.len() != want {
+                return fail(std::io::Error::other(
+                    "the snapshot file is shorter than its size",
+                ));
+            }
+        }
+        let zeros = end.min(padded).saturating_sub(pos.max(len));
+        blob.resize(blob.len() + zeros, 0);
+        hasher.update(&blob);
+        if end > padded {
+            let digest = hasher.clone().finalize();
+            blob.extend_from_slice(
+                digest
+                    .get(pos.max(padded) - padded..end - padded)
+                    .unwrap_or_default(),
+            );
+        }
+        pos = end;
+        let message = SnapshotResponse {
+            header,
+            remaining_bytes: (total - pos) as u64,
+            blob,
+        };
+        if tx.blocking_send(Ok(message)).is_err() {
+            return;
+        }
+    }
+}
+
 /// The Maintenance service.
 pub struct MaintenanceService {
     ctx: Context,
@@ -184,26 +246,13 @@ impl Maintenance for MaintenanceService {
     ) -> Result<Response<SnapshotStream>, Status> {
         self.require_admin_raw(&req).await?;
         let node = &self.ctx.node;
-        let mut data = node.snapshot_bytes().await.map_err(status::status)?;
-        // etcdctl checks that the checksum follows whole 512-byte pages (bbolt's): pad to that.
-        data.resize(data.len().div_ceil(SNAPSHOT_PAGE) * SNAPSHOT_PAGE, 0);
-        let digest = Sha256::digest(&data);
-        data.extend_from_slice(&digest);
-        tracing::info!(bytes = data.len(), "sending snapshot");
+        let file = node.snapshot_file().await.map_err(status::status)?;
         let header = current_header(node);
-        let total = data.len();
-        let messages: Vec<Result<SnapshotResponse, Status>> = data
-            .chunks(SNAPSHOT_CHUNK)
-            .scan(total, |remaining, chunk| {
-                *remaining -= chunk.len();
-                Some(Ok(SnapshotResponse {
-                    header,
-                    remaining_bytes: *remaining as u64,
-                    blob: chunk.to_vec(),
-                }))
-            })
-            .collect();
-        Ok(Response::new(Box::pin(tokio_stream::iter(messages))))
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::task::spawn_blocking(move || stream_snapshot(file, header, &tx));
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
     }
 
     async fn move_leader(

@@ -83,6 +83,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
         request_timeout: cfg.request_timeout(),
         max_request_bytes: cfg.max_request_bytes,
         snapshot_every: cfg.snapshot_count,
+        snapshot_chunk: cfg.snapshot_chunk_bytes.max(1),
         progress_interval: cfg.watch_progress_notify_interval,
         lease_checkpoint_interval: cfg.lease_checkpoint_interval,
         quota_bytes: cfg.quota_bytes(),
@@ -246,6 +247,15 @@ async fn identity(
                     "couldn't find local name {:?} in the initial cluster configuration",
                     cfg.name
                 ));
+            }
+            let peers: Vec<String> = members
+                .iter()
+                .filter(|(other, _)| **other != id)
+                .flat_map(|(_, m)| m.peer_urls.clone())
+                .collect();
+            let patience = std::time::Duration::from_secs(1);
+            if crate::raft::bootstrapped_elsewhere(&peers, id, patience, peer_tls).await {
+                return Err(anyhow!("member {id:x} has already been bootstrapped"));
             }
             (id, config::cluster_id(members.keys()))
         }

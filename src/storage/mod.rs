@@ -21,7 +21,10 @@ use std::path::Path;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
+mod view;
 mod writeback;
+
+pub use view::View;
 
 /// The on-disk format this binary writes. Written at creation; a data dir with a newer format is
 /// refused, an older one would be upgraded here.
@@ -47,6 +50,9 @@ pub mod meta_key {
     pub const REMOVED: &[u8] = b"m/removed/";
     /// + member id (u64 BE) + alarm type (i32 BE) → empty: a raised alarm.
     pub const ALARM: &[u8] = b"m/alarm/";
+    /// bincode `SnapshotMeta`: a snapshot install in progress (since v1; see
+    /// `raft::snapshots`).
+    pub const INSTALLING: &[u8] = b"installing";
 }
 
 /// The smallest key after every key starting with `prefix`; `[0]` (etcd's "to the end") when
@@ -73,6 +79,12 @@ pub struct StorageError(pub String);
 impl From<fjall::Error> for StorageError {
     fn from(e: fjall::Error) -> Self {
         StorageError(e.to_string())
+    }
+}
+
+impl From<StorageError> for std::io::Error {
+    fn from(e: StorageError) -> Self {
+        std::io::Error::other(e.0)
     }
 }
 

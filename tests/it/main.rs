@@ -11,6 +11,7 @@ mod lease;
 mod lock;
 mod maintenance;
 mod membership;
+mod snapshot;
 mod tls;
 mod unix;
 mod watch;

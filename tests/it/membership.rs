@@ -280,3 +280,36 @@ async fn the_strict_reconfiguration_check_can_be_turned_off() -> TestResult {
     }
     Ok(())
 }
+
+/// As etcd: a member whose data is gone is not bootstrapped again with `new` while its peers
+/// remember it running (it would come back with an empty log and no memory of its votes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_lost_its_data_is_not_bootstrapped_again() -> TestResult {
+    let mut c = Cluster::start(3)?;
+    let leader = c.wait_leader(Duration::from_secs(20)).await?;
+    crate::cluster::put(&c, leader, "k", "v").await?;
+    let lost = (leader + 1) % 3;
+    // Wait until every member has published its client URLs (it has run).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !members(&c, leader)
+        .await?
+        .iter()
+        .all(|m| !m.client_ur_ls.is_empty())
+    {
+        if Instant::now() > deadline {
+            return Err("members never published their client URLs".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    c.kill(lost)?;
+    std::fs::remove_dir_all(c.data_dir(lost)?)?;
+    c.spawn(lost)?;
+    assert!(
+        c.wait_exit(lost, Duration::from_secs(20)).await?,
+        "bootstrapped again"
+    );
+    // Its log ends in the error and the backtrace under it.
+    let tails = c.log_tails(500);
+    assert!(tails.contains("has already been bootstrapped"), "{tails}");
+    Ok(())
+}

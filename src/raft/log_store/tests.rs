@@ -26,7 +26,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Fja
         let auth = Arc::new(
             crate::auth::AuthStore::open(&storage, Default::default()).map_err(|e| err(&e))?,
         );
-        let sm = StateMachine::open(1, storage.clone(), mvcc, auth, hub, dir.path(), removed)?;
+        let snapshots = Arc::new(crate::raft::snapshots::SnapshotFiles::new(dir.path()));
+        let sm = StateMachine::open(1, storage.clone(), mvcc, auth, hub, snapshots, removed)?;
         Ok((dir, LogStore::new(storage), sm))
     }
 }

@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Large-state snapshots, Concord beside etcd on the same machine, one after the other.
+
+For each server: one member with `--snapshot-count 2000` and a raised quota; `--keys` values of
+`--value-size` bytes loaded by 16 clients (concord-bench `load`); then `etcdctl snapshot save`;
+then a second member added (`member add`, started with `--initial-cluster-state existing`),
+which must be sent a snapshot. Reported: load time, resident memory (RSS) after the load, the
+peak RSS above that while the snapshot is saved, time for the new member to catch up, and the
+sender's and the newcomer's peak RSS meanwhile (sampled every 20 ms from /proc).
+
+    benches/large/snapshot_memory.py --etcd-dir .etcd-ref/bin/etcd-ref \\
+        --concord target/release/concord --bench target/release/concord-bench --out benches/large/
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+
+def rss_mib(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+class Peak:
+    """Samples the RSS of some processes every 20 ms until stopped; keeps each one's peak."""
+
+    def __init__(self, pids):
+        self.pids = pids
+        self.peaks = {p: rss_mib(p) for p in pids}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop.is_set():
+            for p in self.pids:
+                self.peaks[p] = max(self.peaks[p], rss_mib(p))
+            time.sleep(0.02)
+
+    def done(self):
+        self.stop.set()
+        self.thread.join()
+        return self.peaks
+
+
+def member_args(server, name, port, data, cluster, state):
+    client, peer = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"
+    args = [server, "--name", name, "--data-dir", data,
+            "--listen-client-urls", client, "--advertise-client-urls", client,
+            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", cluster, "--initial-cluster-state", state,
+            "--snapshot-count", "2000", "--quota-backend-bytes", str(8 << 30)]
+    return args
+
+
+def wait_ready(etcdctl, endpoint, within=60):
+    deadline = time.time() + within
+    while time.time() < deadline:
+        if subprocess.run([etcdctl, "--endpoints", endpoint, "endpoint", "health"],
+                          capture_output=True).returncode == 0:
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"{endpoint} never became healthy")
+
+
+def status(etcdctl, endpoint):
+    out = subprocess.run([etcdctl, "--endpoints", endpoint, "endpoint", "status", "-w", "json"],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        return None
+    return json.loads(out.stdout)[0]["Status"]
+
+
+def run(label, server, etcdctl, bench, keys, value_size, work):
+    d = tempfile.mkdtemp(prefix=f"large-{label}-", dir=work)
+    port = 23790
+    cluster = f"m0=http://127.0.0.1:{port + 1}"
+    logs = [open(f"{d}/m0.log", "w"), open(f"{d}/m1.log", "w")]
+    m0 = subprocess.Popen(member_args(server, "m0", port, f"{d}/m0", cluster, "new"),
+                          stdout=logs[0], stderr=logs[0])
+    procs = [m0]
+    try:
+        ep0 = f"http://127.0.0.1:{port}"
+        wait_ready(etcdctl, ep0)
+        started = time.time()
+        subprocess.run([bench, "load", "--endpoints", ep0, "--clients", "16", "--conns", "4",
+                        "--key-space", str(keys), "--value-size", str(value_size)],
+                       check=True, capture_output=True)
+        load_s = time.time() - started
+        time.sleep(2)
+        steady = rss_mib(m0.pid)
+        peak = Peak([m0.pid])
+        started = time.time()
+        subprocess.run([etcdctl, "--endpoints", ep0, "snapshot", "save", f"{d}/backup.db"],
+                       check=True, capture_output=True)
+        save_s = time.time() - started
+        save_peak = peak.done()[m0.pid]
+        size = os.path.getsize(f"{d}/backup.db")
+        os.unlink(f"{d}/backup.db")
+        # A second member: it must be sent a snapshot (the log was compacted long ago).
+        peer1 = f"http://127.0.0.1:{port + 11}"
+        subprocess.run([etcdctl, "--endpoints", ep0, "member", "add", "m1", f"--peer-urls={peer1}"],
+                       check=True, capture_output=True)
+        steady0 = rss_mib(m0.pid)
+        started = time.time()
+        m1 = subprocess.Popen(member_args(server, "m1", port + 10, f"{d}/m1",
+                                          f"{cluster},m1={peer1}", "existing"),
+                              stdout=logs[1], stderr=logs[1])
+        procs.append(m1)
+        time.sleep(0.05)
+        peak = Peak([m0.pid, m1.pid])
+        target = status(etcdctl, ep0)["header"]["revision"]
+        ep1 = f"http://127.0.0.1:{port + 10}"
+        deadline = time.time() + 600
+        while True:
+            s = status(etcdctl, ep1)
+            if s and s["header"]["revision"] >= target:
+                break
+            if time.time() > deadline:
+                raise SystemExit(f"{label}: the new member did not catch up in 600 s")
+            time.sleep(0.1)
+        join_s = time.time() - started
+        peaks = peak.done()
+        return {
+            "server": label, "keys": keys, "value_bytes": value_size,
+            "load_s": round(load_s, 1), "rss_after_load_mib": round(steady),
+            "snapshot_bytes": size, "snapshot_save_s": round(save_s, 1),
+            "snapshot_save_rss_above_mib": round(save_peak - steady),
+            "new_member_caught_up_s": round(join_s, 1),
+            "sender_rss_above_mib": round(peaks[m0.pid] - steady0),
+            "newcomer_peak_rss_mib": round(peaks[m1.pid]),
+        }
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--etcd-dir", required=True)
+    ap.add_argument("--concord", required=True)
+    ap.add_argument("--bench", required=True)
+    ap.add_argument("--keys", type=int, default=65536)
+    ap.add_argument("--value-size", type=int, default=16384)
+    ap.add_argument("--work", default="/var/tmp")
+    ap.add_argument("--out")
+    ap.add_argument("--only", choices=["etcd", "concord"])
+    a = ap.parse_args()
+    etcdctl = f"{a.etcd_dir}/etcdctl"
+    rows = []
+    for label, server in (("etcd 3.5.1", f"{a.etcd_dir}/etcd"), ("Concord", a.concord)):
+        if a.only and not label.lower().startswith(a.only):
+            continue
+        rows.append(run(label, server, etcdctl, a.bench, a.keys, a.value_size, a.work))
+        print(json.dumps(rows[-1]), flush=True)
+    cols = ["load_s", "rss_after_load_mib", "snapshot_save_s", "snapshot_save_rss_above_mib",
+            "new_member_caught_up_s", "sender_rss_above_mib", "newcomer_peak_rss_mib"]
+    table = "| server | " + " | ".join(cols) + " |\n|---|" + "---:|" * len(cols) + "\n"
+    for r in rows:
+        table += f"| {r['server']} | " + " | ".join(str(r[c]) for c in cols) + " |\n"
+    print(table)
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        stamp = time.strftime("%Y-%m-%d")
+        with open(f"{a.out}/snapshot-memory-{stamp}.json", "w") as f:
+            json.dump(rows, f, indent=1)
+        with open(f"{a.out}/snapshot-memory-{stamp}.md", "w") as f:
+            f.write(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+//! The snapshot file: a Raft snapshot of the state as it lies on disk, travels between members
+//! (in openraft's chunks) and is saved by `etcdctl snapshot save` (followed there by padding and
+//! a SHA-256). Written from a [`View`] and read back as a stream of records, so memory never
+//! depends on the state's size.
+//!
+//! Layout: [`MAGIC`], the bincode `SnapshotMeta`'s length (u32 BE) and bytes, then records
+//! `[space: u8][key length: u32 BE][key][value length: u32 BE][value]`, then a 0 byte. Spaces:
+//! 1 `kv`, 2 `lease`, 3 `meta` (the revision counters and the replicated `m/` keys only).
+
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::path::Path;
+
+use crate::storage::{meta_key, Space, View};
+
+/// The first bytes of every snapshot file (format 2; format 1 was one bincode blob).
+pub const MAGIC: &[u8; 8] = b"CSNAP\0\0\x02";
+
+/// openraft's snapshot metadata.
+pub type Meta = openraft::SnapshotMeta<u64, openraft::BasicNode>;
+
+/// Bytes buffered per read or write.
+const BUFFER: usize = 1 << 20;
+
+/// One record of a snapshot.
+pub struct Record {
+    /// The keyspace.
+    pub space: Space,
+    /// The key.
+    pub key: Vec<u8>,
+    /// The value.
+    pub value: Vec<u8>,
+}
+
+fn space_tag(space: Space) -> u8 {
+    match space {
+        Space::Kv => 1,
+        Space::Lease => 2,
+        Space::Meta => 3,
+    }
+}
+
+fn bad(what: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
+}
+
+/// Whether a `meta` key travels in snapshots: the revision counters and what applied commands
+/// wrote (members' attributes, removals, alarms, the auth store), not this member's own
+/// bookkeeping (applied index, membership, format).
+pub fn carried_meta(key: &[u8]) -> bool {
+    key == meta_key::REVISION || key == meta_key::COMPACTED || key.starts_with(meta_key::REPLICATED)
+}
+
+/// Writes the snapshot of `view` described by `meta` to `path` (created or truncated) and
+/// syncs it. Returns its size in bytes.
+///
+/// # Errors
+/// On an I/O or read failure.
+pub fn write(path: &Path, meta: &Meta, view: &View) -> io::Result<u64> {
+    let file = File::create(path)?;
+    let mut out = BufWriter::with_capacity(BUFFER, file);
+    let meta_bytes = bincode::serialize(meta).map_err(bad)?;
+    out.write_all(MAGIC)?;
+    write_len(&mut out, meta_bytes.len())?;
+    out.write_all(&meta_bytes)?;
+    let record = |out: &mut BufWriter<File>, space: Space, k: &[u8], v: &[u8]| {
+        out.write_all(&[space_tag(space)])?;
+        write_len(out, k.len())?;
+        out.write_all(k)?;
+        write_len(out, v.len())?;
+        out.write_all(v)
+    };
+    for space in [Space::Kv, Space::Lease] {
+        view.for_each(space, b"", |k, v| record(&mut out, space, k, v))?;
+    }
+    for key in [meta_key::REVISION, meta_key::COMPACTED] {
+        if let Some(v) = view.get(Space::Meta, key)? {
+            record(&mut out, Space::Meta, key, &v)?;
+        }
+    }
+    view.for_each(Space::Meta, meta_key::REPLICATED, |k, v| {
+        record(&mut out, Space::Meta, k, v)
+    })?;
+    out.write_all(&[0])?;
+    let file = out.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    file.metadata().map(|m| m.len())
+}
+
+fn write_len(out: &mut impl Write, len: usize) -> io::Result<()> {
+    let len = u32::try_from(len).map_err(|_| bad("a key or value longer than 4 GiB"))?;
+    out.write_all(&len.to_be_bytes())
+}
+
+/// Reads a snapshot's records in order.
+pub struct Reader<R: Read> {
+    input: BufReader<R>,
+    done: bool,
+}
+
+impl Reader<File> {
+    /// Opens the snapshot file at `path`: its metadata and a reader of its records.
+    ///
+    /// # Errors
+    /// On an I/O failure, or when the file is not a snapshot of this format.
+    pub fn open(path: &Path) -> io::Result<(Meta, Self)> {
+        Reader::new(File::open(path)?)
+    }
+}
+
+impl<R: Read> Reader<R> {
+    /// Reads the header from `input`: the metadata, and a reader of the records after it.
+    ///
+    /// # Errors
+    /// On an I/O failure, or when `input` is not a snapshot of this format.
+    pub fn new(input: R) -> io::Result<(Meta, Self)> {
+        let mut input = BufReader::with_capacity(BUFFER, input);
+        let mut magic = [0u8; 8];
+        input.read_exact(&mut magic)?;
+        if &magic != MAGIC {
+            return Err(bad(
+                "not a snapshot of this Concord version (a file saved by an earlier build, or not a snapshot)",
+            ));
+        }
+        let meta_bytes = read_bytes(&mut input)?;
+        let meta: Meta = bincode::deserialize(&meta_bytes).map_err(bad)?;
+        Ok((meta, Reader { input, done: false }))
+    }
+
+    /// The next record, or `None` after the last.
+    ///
+    /// # Errors
+    /// On an I/O failure or a truncated or corrupt file.
+    pub fn next_record(&mut self) -> io::Result<Option<Record>> {
+        if self.done {
+            return Ok(None);
+        }
+        let mut tag = [0u8; 1];
+        self.input.read_exact(&mut tag)?;
+        let space = match tag[0] {
+            0 => {
+                self.done = true;
+                return Ok(None);
+            }
+            1 => Space::Kv,
+            2 => Space::Lease,
+            3 => Space::Meta,
+            t => return Err(bad(format!("corrupt snapshot: record type {t}"))),
+        };
+        let key = read_bytes(&mut self.input)?;
+        let value = read_bytes(&mut self.input)?;
+        if space == Space::Meta && !carried_meta(&key) {
+            return Err(bad("corrupt snapshot: an unexpected meta key"));
+        }
+        Ok(Some(Record { space, key, value }))
+    }
+}
+
+fn read_bytes(input: &mut impl Read) -> io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    input.read_exact(&mut len)?;
+    let len = u32::from_be_bytes(len) as usize;
+    let mut bytes = Vec::new();
+    // `take` + `read_to_end`, not a buffer of the claimed size: a corrupt length cannot make
+    // this allocate more than the file holds.
+    input.take(len as u64).read_to_end(&mut bytes)?;
+    if bytes.len() != len {
+        return Err(bad("truncated snapshot"));
+    }
+    Ok(bytes)
+}
+
+/// The metadata of the snapshot file at `path`.
+///
+/// # Errors
+/// As [`Reader::open`].
+pub fn read_meta(path: &Path) -> io::Result<Meta> {
+    Reader::open(path).map(|(meta, _)| meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::Storage;
+
+    #[test]
+    fn a_snapshot_carries_the_state_and_not_the_members_bookkeeping() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let s = Storage::open(&dir.path().join("data"))?;
+        let mut b = s.batch();
+        b.insert(Space::Kv, b"k1", b"v1");
+        b.insert(Space::Kv, b"k2", &vec![7u8; 100_000]);
+        b.insert(Space::Lease, b"l", b"ttl");
+        b.insert(Space::Meta, meta_key::REVISION, b"rev");
+        b.insert(Space::Meta, meta_key::APPLIED, b"own");
+        b.insert(Space::Meta, b"m/alarm/x", b"");
+        b.commit()?;
+        let meta = Meta::default();
+        let path = dir.path().join("snap");
+        let size = write(&path, &meta, &s.view())?;
+        assert_eq!(size, std::fs::metadata(&path)?.len());
+        let (read, mut reader) = Reader::open(&path)?;
+        assert_eq!(read, meta);
+        let mut records = Vec::new();
+        while let Some(r) = reader.next_record()? {
+            records.push((space_tag(r.space), r.key, r.value.len()));
+        }
+        assert_eq!(
+            records,
+            vec![
+                (1, b"k1".to_vec(), 2),
+                (1, b"k2".to_vec(), 100_000),
+                (2, b"l".to_vec(), 3),
+                (3, meta_key::REVISION.to_vec(), 3),
+                (3, b"m/alarm/x".to_vec(), 0),
+            ]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn truncated_or_foreign_files_are_refused() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let s = Storage::open(&dir.path().join("data"))?;
+        let mut b = s.batch();
+        b.insert(Space::Kv, b"key", b"value");
+        b.commit()?;
+        let path = dir.path().join("snap");
+        write(&path, &Meta::default(), &s.view())?;
+        let bytes = std::fs::read(&path)?;
+        for cut in [3, bytes.len() - 4, bytes.len() - 1] {
+            let r = Reader::new(&bytes[..cut]).and_then(|(_, mut r)| {
+                while r.next_record()?.is_some() {}
+                Ok(())
+            });
+            assert!(r.is_err(), "cut at {cut} of {}", bytes.len());
+        }
+        assert!(Reader::new(&b"{\"not\":\"a snapshot\"}"[..]).is_err());
+        Ok(())
+    }
+}

@@ -1,0 +1,446 @@
+//! A member's snapshot files, and installing one into the state, all with memory independent of
+//! the state's size.
+//!
+//! - `snapshot.bin`: the latest snapshot (what openraft sends to a lagging member and what
+//!   `Maintenance.Snapshot` streams). Built from a [`View`] into `snapshot.build-<n>` while the
+//!   state machine goes on applying, synced, then renamed over it; a reader that opened the old
+//!   file keeps reading the old one.
+//! - `snapshot.recv`: a snapshot being received; openraft writes its chunks there.
+//!
+//! Installing replaces the state in batches of bounded size, so it cannot be one atomic batch.
+//! Instead: the received file is synced, an `installing` marker naming the snapshot is written
+//! and synced, the keyspaces are cleared and refilled from the file, the file becomes
+//! `snapshot.bin`, and one last batch writes the applied index and membership and removes the
+//! marker. A member that finds the marker at start (it crashed mid-install) installs that
+//! snapshot again before it serves: what it serves is the old state or the new, never a mix.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use super::snapshot_file::{self, carried_meta, Meta, Reader};
+use crate::storage::{meta_key, Batch, Space, Storage, View};
+
+/// Bytes of changes per batch while a snapshot is installed or restored.
+const BATCH_BYTES: usize = 8 << 20;
+
+/// The snapshot files of one data dir.
+pub struct SnapshotFiles {
+    dir: PathBuf,
+    /// Serializes replacing `snapshot.bin` (a build and an install may finish together).
+    publish: Mutex<()>,
+    builds: AtomicU64,
+}
+
+/// The path of a data dir's latest snapshot.
+pub fn current_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("snapshot.bin")
+}
+
+impl SnapshotFiles {
+    /// The snapshot files of `data_dir`. A `snapshot.bin` of an earlier format is removed (a new
+    /// one is built when needed).
+    pub fn new(data_dir: &Path) -> Self {
+        let files = SnapshotFiles {
+            dir: data_dir.to_path_buf(),
+            publish: Mutex::new(()),
+            builds: AtomicU64::new(0),
+        };
+        let current = files.current_path();
+        if current.exists() && snapshot_file::read_meta(&current).is_err() {
+            tracing::warn!(path = %current.display(), "removing a snapshot of an earlier format");
+            let _ = std::fs::remove_file(&current);
+        }
+        for entry in std::fs::read_dir(data_dir).into_iter().flatten().flatten() {
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with("snapshot.build-")
+            {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        files
+    }
+
+    /// `snapshot.bin`.
+    pub fn current_path(&self) -> PathBuf {
+        current_path(&self.dir)
+    }
+
+    /// `snapshot.recv`.
+    pub fn receiving_path(&self) -> PathBuf {
+        self.dir.join("snapshot.recv")
+    }
+
+    /// The latest snapshot's metadata and an open handle to it, if there is one.
+    ///
+    /// # Errors
+    /// On an I/O failure other than a missing file.
+    pub fn current(&self) -> io::Result<Option<(Meta, std::fs::File)>> {
+        let path = self.current_path();
+        let file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let meta = snapshot_file::read_meta(&path)?;
+        Ok(Some((meta, file)))
+    }
+
+    /// Writes the snapshot of `view` described by `meta` and makes it the latest (unless a
+    /// newer one got there first). Returns an open handle to what was written.
+    ///
+    /// # Errors
+    /// On an I/O or read failure.
+    pub fn build(&self, meta: &Meta, view: &View) -> io::Result<std::fs::File> {
+        let n = self.builds.fetch_add(1, Ordering::Relaxed);
+        let tmp = self.dir.join(format!("snapshot.build-{n}"));
+        let started = std::time::Instant::now();
+        let bytes = snapshot_file::write(&tmp, meta, view)?;
+        let handle = std::fs::File::open(&tmp)?;
+        if !self.publish(&tmp, meta)? {
+            std::fs::remove_file(&tmp)?;
+        }
+        tracing::info!(
+            bytes,
+            took_ms = started.elapsed().as_millis() as u64,
+            snapshot = %meta.snapshot_id,
+            "built snapshot"
+        );
+        Ok(handle)
+    }
+
+    /// Renames `file` (a synced snapshot described by `meta`) over `snapshot.bin` unless that
+    /// is newer; true if it did.
+    fn publish(&self, file: &Path, meta: &Meta) -> io::Result<bool> {
+        let _guard = self.publish.lock().unwrap_or_else(|p| p.into_inner());
+        let current = self.current_path();
+        if let Ok(existing) = snapshot_file::read_meta(&current) {
+            if existing.last_log_id > meta.last_log_id {
+                return Ok(false);
+            }
+        }
+        std::fs::rename(file, &current)?;
+        sync_dir(&self.dir)?;
+        Ok(true)
+    }
+
+    /// Installs the received snapshot described by `meta` into `storage` (see the module
+    /// comment). `handle` is what openraft wrote the snapshot to: `snapshot.recv`, or any other
+    /// file holding a snapshot, which is then copied there first. Blocking; the caller keeps
+    /// readers of the state out meanwhile.
+    ///
+    /// # Errors
+    /// On an I/O or storage failure, or when the received file is not the snapshot `meta`
+    /// describes.
+    pub fn install_received(
+        &self,
+        storage: &Storage,
+        meta: &Meta,
+        mut handle: std::fs::File,
+    ) -> io::Result<()> {
+        use std::io::Seek;
+        use std::os::unix::fs::MetadataExt;
+        let received = self.receiving_path();
+        let ours = std::fs::metadata(&received).ok();
+        let theirs = handle.metadata()?;
+        if ours.is_none_or(|m| (m.dev(), m.ino()) != (theirs.dev(), theirs.ino())) {
+            handle.rewind()?;
+            let mut copy = std::fs::File::create(&received)?;
+            io::copy(&mut handle, &mut copy)?;
+        }
+        drop(handle);
+        let found = snapshot_file::read_meta(&received)?;
+        if found.snapshot_id != meta.snapshot_id || found.last_log_id != meta.last_log_id {
+            return Err(io::Error::other(format!(
+                "received snapshot {} is not the announced {}",
+                found.snapshot_id, meta.snapshot_id
+            )));
+        }
+        std::fs::File::open(&received)?.sync_all()?;
+        let marker = bincode::serialize(meta).map_err(io::Error::other)?;
+        let mut batch = storage.batch();
+        batch.insert(Space::Meta, meta_key::INSTALLING, &marker);
+        batch.commit()?;
+        storage.persist_state()?;
+        self.refill(storage, &received, meta)
+    }
+
+    /// At start: finishes an install a crash interrupted. Returns whether there was one.
+    /// Blocking.
+    ///
+    /// # Errors
+    /// On an I/O or storage failure, or when neither snapshot file is the one being installed.
+    pub fn finish_interrupted_install(&self, storage: &Storage) -> io::Result<bool> {
+        let Some(marker) = storage.get(Space::Meta, meta_key::INSTALLING)? else {
+            return Ok(false);
+        };
+        let meta: Meta = bincode::deserialize(&marker).map_err(io::Error::other)?;
+        tracing::warn!(snapshot = %meta.snapshot_id, "finishing a snapshot install a stop interrupted");
+        for path in [self.receiving_path(), self.current_path()] {
+            if snapshot_file::read_meta(&path).is_ok_and(|m| m.snapshot_id == meta.snapshot_id) {
+                self.refill(storage, &path, &meta)?;
+                return Ok(true);
+            }
+        }
+        Err(io::Error::other(format!(
+            "snapshot {} was being installed, but its file is gone",
+            meta.snapshot_id
+        )))
+    }
+
+    /// Clears the carried keyspaces, fills them from the snapshot at `path`, makes that file
+    /// the latest snapshot, then records its applied index and membership and drops the marker.
+    fn refill(&self, storage: &Storage, path: &Path, meta: &Meta) -> io::Result<()> {
+        let started = std::time::Instant::now();
+        let mut out = Batches::new(storage);
+        let view = storage.view();
+        for space in [Space::Kv, Space::Lease] {
+            view.for_each(space, b"", |k, _| out.remove(space, k))?;
+        }
+        view.for_each(Space::Meta, b"", |k, _| {
+            if carried_meta(k) {
+                out.remove(Space::Meta, k)?;
+            }
+            Ok::<(), io::Error>(())
+        })?;
+        drop(view);
+        let (_, mut reader) = Reader::open(path)?;
+        let mut records = 0u64;
+        while let Some(r) = reader.next_record()? {
+            out.insert(r.space, &r.key, &r.value)?;
+            records += 1;
+        }
+        out.flush()?;
+        if path != self.current_path() {
+            let _guard = self.publish.lock().unwrap_or_else(|p| p.into_inner());
+            std::fs::rename(path, self.current_path())?;
+            sync_dir(&self.dir)?;
+        }
+        let mut last = storage.batch();
+        let applied = bincode::serialize(&meta.last_log_id).map_err(io::Error::other)?;
+        last.insert(Space::Meta, meta_key::APPLIED, &applied);
+        let membership = bincode::serialize(&meta.last_membership).map_err(io::Error::other)?;
+        last.insert(Space::Meta, meta_key::MEMBERSHIP, &membership);
+        last.remove(Space::Meta, meta_key::INSTALLING);
+        last.commit()?;
+        storage.persist_state()?;
+        tracing::info!(
+            records,
+            took_ms = started.elapsed().as_millis() as u64,
+            snapshot = %meta.snapshot_id,
+            "installed snapshot"
+        );
+        Ok(())
+    }
+}
+
+/// Writes the state a snapshot file carries into an empty `storage`, for a member of a new
+/// cluster (`concord snapshot restore`): keys with their history, leases, the revision
+/// counters, alarms and the auth store; not the old cluster's members. `input` is the file
+/// from its start; what follows the snapshot's end (padding, checksum) is not read. Returns
+/// (revision, MVCC records).
+///
+/// # Errors
+/// A corrupt snapshot, or an I/O or storage failure.
+pub fn restore(storage: &Storage, input: impl io::Read) -> io::Result<(i64, u64)> {
+    let (_, mut reader) = Reader::new(input)?;
+    let mut out = Batches::new(storage);
+    let mut revision = 1;
+    let mut records = 0;
+    while let Some(r) = reader.next_record()? {
+        let keep = match r.space {
+            Space::Kv => {
+                records += 1;
+                true
+            }
+            Space::Lease => true,
+            Space::Meta if r.key == meta_key::REVISION => {
+                if let Ok(b) = <[u8; 8]>::try_from(r.value.as_slice()) {
+                    revision = i64::from_be_bytes(b);
+                }
+                true
+            }
+            Space::Meta => {
+                r.key == meta_key::COMPACTED
+                    || r.key.starts_with(meta_key::ALARM)
+                    || r.key.starts_with(crate::auth::state::key::PREFIX)
+            }
+        };
+        if keep {
+            out.insert(r.space, &r.key, &r.value)?;
+        }
+    }
+    out.flush()?;
+    storage.persist_state()?;
+    Ok((revision, records))
+}
+
+/// Batches of at most [`BATCH_BYTES`] of changes, committed as they fill.
+struct Batches<'a> {
+    storage: &'a Storage,
+    batch: Option<Batch>,
+    bytes: usize,
+}
+
+impl<'a> Batches<'a> {
+    fn new(storage: &'a Storage) -> Self {
+        Batches {
+            storage,
+            batch: None,
+            bytes: 0,
+        }
+    }
+
+    fn insert(&mut self, space: Space, key: &[u8], value: &[u8]) -> io::Result<()> {
+        self.batch
+            .get_or_insert_with(|| self.storage.batch())
+            .insert(space, key, value);
+        self.grew(key.len() + value.len())
+    }
+
+    fn remove(&mut self, space: Space, key: &[u8]) -> io::Result<()> {
+        self.batch
+            .get_or_insert_with(|| self.storage.batch())
+            .remove(space, key);
+        self.grew(key.len())
+    }
+
+    fn grew(&mut self, by: usize) -> io::Result<()> {
+        self.bytes += by + 16;
+        if self.bytes >= BATCH_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if let Some(b) = self.batch.take() {
+            b.commit()?;
+        }
+        self.bytes = 0;
+        Ok(())
+    }
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(storage: &Storage) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        Ok(storage.scan(Space::Kv)?)
+    }
+
+    fn fill(storage: &Storage, prefix: &str, n: usize) -> io::Result<()> {
+        let mut b = storage.batch();
+        for i in 0..n {
+            b.insert(Space::Kv, format!("{prefix}{i:05}").as_bytes(), &[7; 300]);
+        }
+        b.insert(Space::Meta, meta_key::REVISION, &(n as i64).to_be_bytes());
+        b.commit()?;
+        Ok(())
+    }
+
+    fn meta(index: u64) -> Meta {
+        Meta {
+            last_log_id: Some(openraft::LogId::new(
+                openraft::CommittedLeaderId::new(2, 1),
+                index,
+            )),
+            snapshot_id: format!("test-{index}"),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_install_stopped_half_way_is_finished_at_the_next_start() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+        let a = Storage::open(&a_dir)?;
+        fill(&a, "new", 3000)?;
+        let sent = SnapshotFiles::new(&a_dir);
+        let m = meta(40);
+        sent.build(&m, &a.view())?;
+
+        // Member b receives it, marks the install, and stops with half of its old keys
+        // removed and part of the new ones written.
+        let b = Storage::open(&b_dir)?;
+        fill(&b, "old", 2000)?;
+        std::fs::copy(sent.current_path(), b_dir.join("snapshot.recv"))?;
+        let mut batch = b.batch();
+        batch.insert(
+            Space::Meta,
+            meta_key::INSTALLING,
+            &bincode::serialize(&m).map_err(io::Error::other)?,
+        );
+        for i in 0..1000 {
+            batch.remove(Space::Kv, format!("old{i:05}").as_bytes());
+        }
+        for i in 0..500 {
+            batch.insert(Space::Kv, format!("new{i:05}").as_bytes(), &[7; 300]);
+        }
+        batch.commit()?;
+        drop(b);
+
+        let b = Storage::open(&b_dir)?;
+        let files = SnapshotFiles::new(&b_dir);
+        assert!(files.finish_interrupted_install(&b)?);
+        assert_eq!(
+            kv(&b)?,
+            kv(&a)?,
+            "exactly the snapshot's state, nothing old"
+        );
+        assert_eq!(b.get(Space::Meta, meta_key::INSTALLING)?, None);
+        let applied: Option<openraft::LogId<u64>> =
+            bincode::deserialize(&b.get(Space::Meta, meta_key::APPLIED)?.unwrap_or_default())
+                .map_err(io::Error::other)?;
+        assert_eq!(applied, m.last_log_id);
+        assert_eq!(files.current()?.map(|(meta, _)| meta), Some(m));
+        assert!(!b_dir.join("snapshot.recv").exists());
+        assert!(
+            !files.finish_interrupted_install(&b)?,
+            "nothing left to finish"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn an_older_build_does_not_replace_a_newer_snapshot() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let s = Storage::open(&dir.path().join("data"))?;
+        fill(&s, "k", 10)?;
+        let files = SnapshotFiles::new(dir.path());
+        files.build(&meta(9), &s.view())?;
+        let old = files.build(&meta(5), &s.view())?;
+        assert_eq!(files.current()?.map(|(m, _)| m), Some(meta(9)));
+        let (read, _) = Reader::new(old)?;
+        assert_eq!(read, meta(5), "the builder still gets what it built");
+        Ok(())
+    }
+
+    #[test]
+    fn restore_keeps_data_alarms_and_auth_but_not_members() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let s = Storage::open(&dir.path().join("a"))?;
+        fill(&s, "k", 10)?;
+        let mut b = s.batch();
+        b.insert(Space::Meta, b"m/alarm/x", b"");
+        b.insert(Space::Meta, b"m/attr/x", b"member");
+        b.commit()?;
+        let files = SnapshotFiles::new(dir.path());
+        let file = files.build(&meta(3), &s.view())?;
+        let fresh = Storage::open(&dir.path().join("b"))?;
+        let (revision, records) = restore(&fresh, file)?;
+        assert_eq!((revision, records), (10, 10));
+        assert_eq!(kv(&fresh)?, kv(&s)?);
+        assert!(fresh.get(Space::Meta, b"m/alarm/x")?.is_some());
+        assert!(fresh.get(Space::Meta, b"m/attr/x")?.is_none());
+        Ok(())
+    }
+}
