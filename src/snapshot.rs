@@ -140,6 +140,12 @@ fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
     let storage = Storage::open(&data_dir).context("creating the data dir")?;
     let (revision, _) = crate::raft::snapshots::restore(&storage, file)
         .with_context(|| format!("restoring {}", args.file.display()))?;
+    let founders = members
+        .iter()
+        .filter_map(|(id, m)| m.peer_urls.first().map(|u| (*id, u.clone())))
+        .collect();
+    crate::raft::snapshots::seal_restore(&storage, &data_dir, &founders)
+        .context("sealing the restored state")?;
     storage.save_identity(id, config::cluster_id(members.keys()))?;
     tracing::info!(
         path = %args.file.display(),

@@ -28,6 +28,17 @@ type Entry = openraft::Entry<TypeConfig>;
 const VOTE: &str = "vote";
 const PURGED: &str = "purged";
 
+/// Records that the log holds nothing up to `log_id` (a restored member starts there), durably.
+///
+/// # Errors
+/// On a write or sync failure.
+pub fn mark_purged(storage: &Storage, log_id: LogId<u64>) -> crate::storage::StorageResult<()> {
+    let bytes =
+        bincode::serialize(&log_id).map_err(|e| crate::storage::StorageError(e.to_string()))?;
+    storage.put_raft_meta(PURGED, &bytes)?;
+    storage.persist_log()
+}
+
 /// Encoded entries appended but not yet on disk: index → (append sequence, bytes).
 type Buffer = BTreeMap<u64, (u64, Vec<u8>)>;
 

@@ -278,6 +278,45 @@ pub fn restore(storage: &Storage, input: impl io::Read) -> io::Result<(i64, u64)
     Ok((revision, records))
 }
 
+/// After [`restore`], for a founder of the new cluster with `members` (id → peer URL): makes
+/// the restored state the starting point of the cluster's Raft log, as etcd's restore writes a
+/// snapshot into its new WAL. The state counts as applied up to one entry per founder, that
+/// log is purged, and a snapshot of the state is saved: so every founder restored from the same
+/// file starts from the same place, and a member added later is sent the restored state as a
+/// snapshot, not just the log entries that came after it.
+///
+/// # Errors
+/// On an I/O or storage failure.
+pub fn seal_restore(
+    storage: &Storage,
+    data_dir: &Path,
+    members: &std::collections::BTreeMap<u64, String>,
+) -> io::Result<()> {
+    let at = openraft::LogId::new(openraft::CommittedLeaderId::new(1, 0), members.len() as u64);
+    let nodes: std::collections::BTreeMap<u64, openraft::BasicNode> = members
+        .iter()
+        .map(|(id, url)| (*id, openraft::BasicNode::new(url)))
+        .collect();
+    let voters = nodes.keys().copied().collect();
+    let membership =
+        openraft::StoredMembership::new(Some(at), openraft::Membership::new(vec![voters], nodes));
+    let mut batch = storage.batch();
+    let applied = bincode::serialize(&Some(at)).map_err(io::Error::other)?;
+    batch.insert(Space::Meta, meta_key::APPLIED, &applied);
+    let stored = bincode::serialize(&membership).map_err(io::Error::other)?;
+    batch.insert(Space::Meta, meta_key::MEMBERSHIP, &stored);
+    batch.commit()?;
+    storage.persist_state()?;
+    super::log_store::mark_purged(storage, at)?;
+    let meta = Meta {
+        last_log_id: Some(at),
+        last_membership: membership,
+        snapshot_id: format!("restored-{}", at.index),
+    };
+    SnapshotFiles::new(data_dir).build(&meta, &storage.view())?;
+    Ok(())
+}
+
 /// Batches of at most [`BATCH_BYTES`] of changes, committed as they fill.
 struct Batches<'a> {
     storage: &'a Storage,

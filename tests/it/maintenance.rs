@@ -161,6 +161,36 @@ async fn a_snapshot_restores_into_a_new_cluster_with_the_same_hashkv() -> TestRe
         .into_inner()
         .roles;
     assert_eq!(roles, vec!["r".to_string()]);
+
+    // A member added later gets the restored state too (as a snapshot: the log of the new
+    // cluster starts after it).
+    let (new, peer_url) = restored.add_spec()?;
+    let mut cluster =
+        concord::pb::etcdserverpb::cluster_client::ClusterClient::connect(restored.client_url(0)?)
+            .await?;
+    cluster
+        .member_add(concord::pb::etcdserverpb::MemberAddRequest {
+            peer_ur_ls: vec![peer_url],
+            is_learner: false,
+        })
+        .await?;
+    restored.spawn(new)?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(h) = hashes(&restored, &[new], revision).await {
+            if h == source[..1] {
+                break;
+            }
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!(
+                "the added member never got the restored state\n{}",
+                restored.log_tails(30)
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     Ok(())
 }
 
