@@ -41,9 +41,12 @@ def helm(tools, *args):
     return out.stdout
 
 
-def render(tools, release, values_files=(), sets=()):
-    """`helm template` as a dict (kind, name) -> object, hooks and tests included."""
+def render(tools, release, values_files=(), sets=(), upgrade=False):
+    """`helm template` as a dict (kind, name) -> object, hooks and tests included; as for an
+    upgrade (`.Release.IsInstall` false) when `upgrade`."""
     args = ["template", release, CHART, "--namespace", NAMESPACE]
+    if upgrade:
+        args.append("--is-upgrade")
     for f in values_files:
         args += ["-f", f]
     for s in sets:
@@ -265,7 +268,7 @@ class Release:
         retention policy says so), post-upgrade hooks."""
         old = self.sts
         self.values = self.values + sets
-        self.objects = render(self.tools, self.name, sets=self.values)
+        self.objects = render(self.tools, self.name, sets=self.values, upgrade=True)
         self.hooks("pre-upgrade")
         self.kubelet.set_objects(self.objects)
         if old["spec"]["template"] != self.sts["spec"]["template"]:

@@ -10,7 +10,7 @@ while [ "$i" -lt "$CHART_REPLICAS" ]; do
   # etcdctl writes <name>.part and renames it when the snapshot is whole.
   if ctl --endpoints "$(client_url "$i")" snapshot save "/backups/$name" >&2; then
     log "saved /backups/$name"
-    ls -1 /backups/"$CHART_BASE"-*.db | sort -r | tail -n +"$((CHART_BACKUP_KEEP + 1))" |
+    ls -1 /backups/"$CHART_BASE"-2*.db | sort -r | tail -n +"$((CHART_BACKUP_KEEP + 1))" |
       while IFS= read -r old; do
         rm -f -- "$old"
         log "removed $old"

@@ -124,14 +124,20 @@ TLS and credentials (ETCDCTL_* variables).
 
 {{/* Volumes the jobs need to reach the members: the scripts and the client certificate. */}}
 {{- define "concord.clientVolumes" -}}
+{{ include "concord.clientVolumesFrom" (list . (printf "%s-scripts" (include "concord.fullname" .))) }}
+{{- end -}}
+
+{{/* The same, with the scripts from ConfigMap (index . 1). */}}
+{{- define "concord.clientVolumesFrom" -}}
+{{- $ctx := index . 0 -}}
 - name: scripts
   configMap:
-    name: {{ include "concord.fullname" . }}-scripts
+    name: {{ index . 1 }}
     defaultMode: 0555
-{{- if .Values.tls.client.enabled }}
+{{- if $ctx.Values.tls.client.enabled }}
 - name: client-tls
   secret:
-    secretName: {{ include "concord.clientSecret" . }}
+    secretName: {{ include "concord.clientSecret" $ctx }}
     defaultMode: 0440
 {{- end }}
 {{- end -}}
