@@ -26,17 +26,26 @@ impl RaftNode {
     /// [`Error::Timeout`] if the snapshot is not built in time; [`Error::Storage`].
     pub async fn snapshot_file(&self) -> Result<std::fs::File> {
         let target = self.applied_index();
-        self.raft
-            .trigger()
-            .snapshot()
-            .await
-            .map_err(|_| Error::Stopped)?;
+        let deadline = tokio::time::Instant::now() + self.options.request_timeout * 4;
         let mut metrics = self.raft.metrics();
-        let built = metrics.wait_for(|m| m.snapshot.is_some_and(|s| s.index >= target));
-        tokio::time::timeout(self.options.request_timeout * 4, built)
-            .await
-            .map_err(|_| Error::Timeout)?
-            .map_err(|_| Error::Stopped)?;
+        // openraft ignores a trigger while it builds another snapshot (one the log's length
+        // asked for): when a build ends that does not cover `target`, trigger again.
+        loop {
+            let before = metrics.borrow().snapshot;
+            if before.is_some_and(|s| s.index >= target) {
+                break;
+            }
+            self.raft
+                .trigger()
+                .snapshot()
+                .await
+                .map_err(|_| Error::Stopped)?;
+            let built = metrics.wait_for(|m| m.snapshot != before);
+            tokio::time::timeout_at(deadline, built)
+                .await
+                .map_err(|_| Error::Timeout)?
+                .map_err(|_| Error::Stopped)?;
+        }
         std::fs::File::open(self.snapshots.current_path()).map_err(|_| Error::Storage)
     }
 
