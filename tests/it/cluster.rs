@@ -308,6 +308,11 @@ impl Cluster {
         Ok(())
     }
 
+    /// The process id of member `i`, if it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.procs.get(i).and_then(Option::as_ref).map(Child::id)
+    }
+
     /// The data dir of member `i`.
     pub fn data_dir(&self, i: usize) -> TestResult<std::path::PathBuf> {
         let s = self.specs.get(i).ok_or("no such member")?;
