@@ -159,7 +159,9 @@ fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
 
 fn status(args: &StatusArgs) -> anyhow::Result<()> {
     let (file, size) = verified(&args.file, false)?;
-    let dir = tempfile::tempdir()?;
+    // Beside the file, not in /tmp (often memory): the state is written out to be hashed.
+    let beside = args.file.parent().filter(|p| !p.as_os_str().is_empty());
+    let dir = tempfile::tempdir_in(beside.unwrap_or(Path::new(".")))?;
     let storage = Storage::open(dir.path())?;
     let (_, keys) = crate::raft::snapshots::restore(&storage, file)
         .with_context(|| format!("reading {}", args.file.display()))?;

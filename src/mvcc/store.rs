@@ -49,6 +49,8 @@ pub struct MvccStore {
     /// the write path checks it on every request and must not wait for the state lock, which
     /// an apply holds through its disk write.
     raised: AtomicU64,
+    /// Set while (and if) a wholesale replacement fails: reads refuse from then on.
+    failed: std::sync::atomic::AtomicBool,
 }
 
 impl MvccStore {
@@ -61,6 +63,7 @@ impl MvccStore {
         Ok(MvccStore {
             storage,
             raised: AtomicU64::new(alarm_bits(&state.alarms)),
+            failed: std::sync::atomic::AtomicBool::new(false),
             state: RwLock::new(state),
         })
     }
@@ -87,8 +90,11 @@ impl MvccStore {
         replace: impl FnOnce() -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
         let mut state = self.state.write().map_err(|_| poisoned())?;
+        // Failed half-way, the keyspaces hold neither state: nothing is read from them again.
+        self.failed.store(true, Ordering::Release);
         replace()?;
         *state = load_state(&self.storage)?;
+        self.failed.store(false, Ordering::Release);
         self.raised
             .store(alarm_bits(&state.alarms), Ordering::Release);
         Ok(())
@@ -99,6 +105,9 @@ impl MvccStore {
     /// # Errors
     /// When the lock is poisoned (a writer panicked).
     pub fn read(&self) -> Result<ReadTxn<'_>> {
+        if self.failed.load(Ordering::Acquire) {
+            return Err(Error::Storage);
+        }
         Ok(ReadTxn {
             storage: &self.storage,
             state: self.state.read().map_err(|_| Error::Storage)?,

@@ -91,6 +91,9 @@ pub struct LogStore {
     storage: Storage,
     shared: Arc<Shared>,
     syncer: mpsc::Sender<Job>,
+    /// Set by the state machine from a snapshot's first piece until its install is marked on
+    /// disk (see `purge`).
+    receiving: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl LogStore {
@@ -106,7 +109,14 @@ impl LogStore {
             storage,
             shared,
             syncer,
+            receiving: Arc::default(),
         }
+    }
+
+    /// Shares the state machine's "snapshot being received" flag (see `purge`).
+    pub fn watching_installs(mut self, receiving: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        self.receiving = receiving;
+        self
     }
 
     fn read_meta<T: serde::de::DeserializeOwned>(
@@ -117,6 +127,26 @@ impl LogStore {
         bytes
             .map(|b| bincode::deserialize(&b).map_err(read_err))
             .transpose()
+    }
+
+    /// Whether the state machine's state on disk reaches `log_id`: applied up to it, or a
+    /// snapshot install that does is marked (a restart finishes it).
+    fn state_covers(&self, log_id: LogId<u64>) -> Result<bool, StorageError<u64>> {
+        use crate::storage::{meta_key, Space};
+        let read = |key| self.storage.get(Space::Meta, key).map_err(read_err);
+        let applied: Option<LogId<u64>> = match read(meta_key::APPLIED)? {
+            Some(b) => bincode::deserialize(&b).map_err(read_err)?,
+            None => None,
+        };
+        let installing: Option<openraft::SnapshotMeta<u64, openraft::BasicNode>> =
+            match read(meta_key::INSTALLING)? {
+                Some(b) => Some(bincode::deserialize(&b).map_err(read_err)?),
+                None => None,
+            };
+        let reach = applied
+            .map(|l| l.index)
+            .max(installing.and_then(|m| m.last_log_id).map(|l| l.index));
+        Ok(reach.is_some_and(|i| i >= log_id.index))
     }
 
     fn write_meta<T: serde::Serialize>(&self, key: &str, v: &T) -> Result<(), StorageError<u64>> {
@@ -427,11 +457,23 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
         // The applied state must be on disk before the entries that could rebuild it disappear.
         self.drain().await?;
+        self.storage.persist_state().map_err(write_err)?;
+        // openraft purges up to a received snapshot as soon as it hands the snapshot over for
+        // installing: until the install has marked itself on disk (a restart then finishes it),
+        // the entries are the only way back to that state. The next purge catches up.
+        if self.receiving.load(std::sync::atomic::Ordering::Acquire)
+            && !self.state_covers(log_id)?
+        {
+            tracing::info!(
+                index = log_id.index,
+                "log purge postponed: the state on disk does not cover it yet"
+            );
+            return Ok(());
+        }
         {
             let mut recent = self.shared.recent();
             *recent = recent.split_off(&log_id.index.saturating_add(1));
         }
-        self.storage.persist_state().map_err(write_err)?;
         self.write_meta(PURGED, &log_id)?;
         self.storage.remove_log(0..=log_id.index).map_err(write_err)
     }

@@ -26,7 +26,9 @@ impl RaftNode {
     /// [`Error::Timeout`] if the snapshot is not built in time; [`Error::Storage`].
     pub async fn snapshot_file(&self) -> Result<std::fs::File> {
         let target = self.applied_index();
-        let deadline = tokio::time::Instant::now() + self.options.request_timeout * 4;
+        // Building a large state's snapshot takes its time (about 1.5 s per GiB here).
+        let deadline = tokio::time::Instant::now()
+            + (self.options.request_timeout * 4).max(std::time::Duration::from_secs(600));
         let mut metrics = self.raft.metrics();
         // openraft ignores a trigger while it builds another snapshot (one the log's length
         // asked for): when a build ends that does not cover `target`, trigger again.

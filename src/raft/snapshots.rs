@@ -48,7 +48,9 @@ impl SnapshotFiles {
             builds: AtomicU64::new(0),
         };
         let current = files.current_path();
-        if current.exists() && snapshot_file::read_meta(&current).is_err() {
+        let foreign = snapshot_file::read_meta(&current)
+            .is_err_and(|e| e.kind() == io::ErrorKind::InvalidData);
+        if foreign {
             tracing::warn!(path = %current.display(), "removing a snapshot of an earlier format");
             let _ = std::fs::remove_file(&current);
         }
@@ -62,6 +64,12 @@ impl SnapshotFiles {
             }
         }
         files
+    }
+
+    /// Removes a partly received snapshot that no install will use (at start, with no install
+    /// to finish).
+    pub fn forget_received(&self) {
+        let _ = std::fs::remove_file(self.receiving_path());
     }
 
     /// `snapshot.bin`.
@@ -80,12 +88,15 @@ impl SnapshotFiles {
     /// On an I/O failure other than a missing file.
     pub fn current(&self) -> io::Result<Option<(Meta, std::fs::File)>> {
         let path = self.current_path();
-        let file = match std::fs::File::open(&path) {
+        use std::io::Seek;
+        let mut file = match std::fs::File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
-        let meta = snapshot_file::read_meta(&path)?;
+        // The header from this very handle: a build may rename a newer file over the path.
+        let (meta, _) = Reader::new(&file)?;
+        file.rewind()?;
         Ok(Some((meta, file)))
     }
 
@@ -100,6 +111,8 @@ impl SnapshotFiles {
         let started = std::time::Instant::now();
         let bytes = snapshot_file::write(&tmp, meta, view)?;
         let handle = std::fs::File::open(&tmp)?;
+        // Never a snapshot on disk newer than the state on disk.
+        view.persist_state()?;
         if !self.publish(&tmp, meta)? {
             std::fs::remove_file(&tmp)?;
         }
@@ -140,6 +153,7 @@ impl SnapshotFiles {
         storage: &Storage,
         meta: &Meta,
         mut handle: std::fs::File,
+        receiving: &std::sync::atomic::AtomicBool,
     ) -> io::Result<()> {
         use std::io::Seek;
         use std::os::unix::fs::MetadataExt;
@@ -160,11 +174,14 @@ impl SnapshotFiles {
             )));
         }
         std::fs::File::open(&received)?.sync_all()?;
+        sync_dir(&self.dir)?;
         let marker = bincode::serialize(meta).map_err(io::Error::other)?;
         let mut batch = storage.batch();
         batch.insert(Space::Meta, meta_key::INSTALLING, &marker);
         batch.commit()?;
         storage.persist_state()?;
+        // From here a restart finishes the install: the log may be purged up to it.
+        receiving.store(false, std::sync::atomic::Ordering::Release);
         self.refill(storage, &received, meta)
     }
 

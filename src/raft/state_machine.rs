@@ -31,6 +31,9 @@ pub struct StateMachine {
     auth: Arc<crate::auth::AuthStore>,
     hub: Arc<WatchHub>,
     snapshots: Arc<SnapshotFiles>,
+    /// Set from a snapshot's first piece until its install is marked on disk: the log store
+    /// does not purge entries the state on disk does not cover meanwhile.
+    receiving: Arc<std::sync::atomic::AtomicBool>,
     applied: Option<LogId<u64>>,
     membership: Membership,
     snapshot_seq: u64,
@@ -47,6 +50,11 @@ fn snap_err(e: impl std::fmt::Display) -> StorageError<u64> {
 }
 
 impl StateMachine {
+    /// The flag the log store checks before a purge (see [`Self::receiving`]).
+    pub fn receiving_flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.receiving.clone()
+    }
+
     /// Logs applies slower than `limit` (`--experimental-warning-apply-duration`).
     pub fn warn_slower_than(mut self, limit: std::time::Duration) -> Self {
         self.slow_apply = limit;
@@ -67,16 +75,22 @@ impl StateMachine {
         snapshots: Arc<SnapshotFiles>,
         removed: Arc<tokio::sync::watch::Sender<bool>>,
     ) -> Result<Self, StorageError<u64>> {
-        let mut finished = false;
-        mvcc.replace_all(|| {
-            finished = snapshots
-                .finish_interrupted_install(&storage)
-                .map_err(|e| crate::storage::StorageError(e.to_string()))?;
-            Ok::<(), crate::storage::StorageError>(())
-        })
-        .map_err(snap_err)?;
-        if finished {
+        let interrupted = storage
+            .get(Space::Meta, meta_key::INSTALLING)
+            .map_err(sm_err)?
+            .is_some();
+        if interrupted {
+            mvcc.replace_all(|| {
+                snapshots
+                    .finish_interrupted_install(&storage)
+                    .map_err(|e| crate::storage::StorageError(e.to_string()))?;
+                Ok::<(), crate::storage::StorageError>(())
+            })
+            .map_err(snap_err)?;
             auth.reload(&storage).map_err(snap_err)?;
+            hub.resync_all(mvcc.current_revision());
+        } else {
+            snapshots.forget_received();
         }
         let decode = |key: &[u8]| -> Result<Option<Vec<u8>>, StorageError<u64>> {
             storage.get(Space::Meta, key).map_err(sm_err)
@@ -102,6 +116,7 @@ impl StateMachine {
             auth,
             hub,
             snapshots,
+            receiving: Arc::default(),
             applied,
             membership,
             snapshot_seq: 0,
@@ -231,6 +246,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn begin_receiving_snapshot(
         &mut self,
     ) -> Result<Box<tokio::fs::File>, StorageError<u64>> {
+        self.receiving
+            .store(true, std::sync::atomic::Ordering::Release);
         let file = tokio::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -257,16 +274,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.snapshots.clone(),
         );
         let announced = meta.clone();
-        tokio::task::spawn_blocking(move || {
+        let receiving = self.receiving.clone();
+        let installed = tokio::task::spawn_blocking(move || {
             mvcc.replace_all(|| {
                 snapshots
-                    .install_received(&storage, &announced, file)
+                    .install_received(&storage, &announced, file, &receiving)
                     .map_err(|e| crate::storage::StorageError(e.to_string()))
             })
         })
-        .await
-        .map_err(snap_err)?
-        .map_err(snap_err)?;
+        .await;
+        self.receiving
+            .store(false, std::sync::atomic::Ordering::Release);
+        installed.map_err(snap_err)?.map_err(snap_err)?;
         self.auth.reload(&self.storage).map_err(snap_err)?;
         self.hub.resync_all(self.mvcc.current_revision());
         self.applied = meta.last_log_id;

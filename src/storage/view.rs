@@ -26,6 +26,14 @@ impl Storage {
 }
 
 impl View {
+    /// Syncs the state's journal (everything in the view, and more, is then on disk).
+    ///
+    /// # Errors
+    /// When the sync fails.
+    pub fn persist_state(&self) -> StorageResult<()> {
+        self.storage.persist_state()
+    }
+
     /// One value as of the view.
     ///
     /// # Errors

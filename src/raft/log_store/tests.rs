@@ -36,3 +36,28 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Fja
 fn passes_openraft_storage_suite() -> Result<(), StorageError<u64>> {
     Suite::test_all(FjallBuilder)
 }
+
+/// openraft purges the log up to a received snapshot as soon as it hands it over for
+/// installing: while that snapshot is being received and no install is marked on disk, the
+/// entries stay (a crash would otherwise leave a member whose log starts after its state).
+#[tokio::test]
+async fn no_purge_past_the_state_while_a_snapshot_is_received() -> Result<(), StorageError<u64>> {
+    use openraft::storage::RaftLogStorage;
+    use openraft::{CommittedLeaderId, LogId};
+    let err = |e: &dyn std::fmt::Display| super::write_err(e.to_string());
+    let dir = tempfile::tempdir().map_err(|e| err(&e))?;
+    let storage = Storage::open(dir.path()).map_err(|e| err(&e))?;
+    let receiving = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let mut log = LogStore::new(storage.clone()).watching_installs(receiving.clone());
+    let at = LogId::new(CommittedLeaderId::new(1, 0), 10);
+    log.purge(at).await?;
+    assert_eq!(
+        log.get_log_state().await?.last_purged_log_id,
+        None,
+        "postponed"
+    );
+    receiving.store(false, std::sync::atomic::Ordering::Release);
+    log.purge(at).await?;
+    assert_eq!(log.get_log_state().await?.last_purged_log_id, Some(at));
+    Ok(())
+}
