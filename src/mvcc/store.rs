@@ -215,18 +215,18 @@ impl MvccStore {
             .map(|(_, kr)| kr.rev)
             .collect();
         let end = Revision::new(at.saturating_add(1), 0).to_bytes();
-        let records = self
-            .storage
-            .scan_range(Space::Kv, &[], &end)
-            .map_err(|_| Error::Storage)?;
+        // A view taken under the lock, read after it: one record at a time, however large the
+        // keyspace, without holding up writes.
+        let view = self.storage.view();
         drop(state);
         let mut crc = crc32c::crc32c(b"key");
-        for (k, v) in records {
-            let rev = Revision::from_bytes(&k).ok_or(Error::Storage)?;
+        let corrupt = |k: &[u8]| StorageError(format!("corrupt kv record {k:?}"));
+        view.for_each_below(Space::Kv, &end, |k, v| {
+            let rev = Revision::from_bytes(k).ok_or_else(|| corrupt(k))?;
             if rev.main <= compacted && !keep.is_empty() && !keep.contains(&rev) {
-                continue;
+                return Ok(());
             }
-            let (tombstone, kv) = decode_record(&v).map_err(|_| Error::Storage)?;
+            let (tombstone, kv) = decode_record(v).map_err(|_| corrupt(k))?;
             let mut key = Vec::with_capacity(18);
             key.extend(rev.main.to_be_bytes());
             key.push(b'_');
@@ -245,7 +245,9 @@ impl MvccStore {
                 kv.encode_to_vec()
             };
             crc = crc32c::crc32c_append(crc, &value);
-        }
+            Ok::<(), StorageError>(())
+        })
+        .map_err(|_| Error::Storage)?;
         Ok((crc, compacted, at))
     }
 }

@@ -160,21 +160,23 @@ impl RaftNode {
     /// # Errors
     /// [`Error::Storage`].
     pub fn state_hash(&self) -> Result<u32> {
-        let _consistent = self.mvcc.read()?;
+        // A view taken while no apply runs, read one record at a time after.
+        let view = {
+            let _consistent = self.mvcc.read()?;
+            self.storage.view()
+        };
         let mut crc = 0;
         for (space, prefix) in [
             (Space::Kv, &b""[..]),
             (Space::Lease, &b""[..]),
             (Space::Meta, meta_key::REPLICATED),
         ] {
-            for (k, v) in self
-                .storage
-                .scan_prefix(space, prefix)
-                .map_err(|_| Error::Storage)?
-            {
-                crc = crc32c::crc32c_append(crc, &k);
-                crc = crc32c::crc32c_append(crc, &v);
-            }
+            view.for_each(space, prefix, |k, v| {
+                crc = crc32c::crc32c_append(crc, k);
+                crc = crc32c::crc32c_append(crc, v);
+                Ok::<(), crate::storage::StorageError>(())
+            })
+            .map_err(|_| Error::Storage)?;
         }
         Ok(crc)
     }

@@ -74,6 +74,26 @@ impl View {
     }
 }
 
+impl View {
+    /// Calls `visit` with every `(key, value)` of `space` with `key < end`, in key order.
+    ///
+    /// # Errors
+    /// On a read failure, or the first error `visit` returns.
+    pub fn for_each_below<E: From<super::StorageError>>(
+        &self,
+        space: Space,
+        end: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let ks = self.storage.space(space);
+        for guard in self.snapshot.range::<&[u8], _>(ks, ..end) {
+            let (k, v) = guard.into_inner().map_err(super::StorageError::from)?;
+            visit(&k, &v)?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
