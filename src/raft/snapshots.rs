@@ -66,10 +66,18 @@ impl SnapshotFiles {
         files
     }
 
-    /// Removes a partly received snapshot that no install will use (at start, with no install
-    /// to finish).
+    /// Removes received snapshots that no install will use (at start, with no install to
+    /// finish).
     pub fn forget_received(&self) {
-        let _ = std::fs::remove_file(self.receiving_path());
+        for entry in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with("snapshot.recv")
+            {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
     }
 
     /// `snapshot.bin`.
@@ -77,9 +85,17 @@ impl SnapshotFiles {
         current_path(&self.dir)
     }
 
-    /// `snapshot.recv`.
+    /// `snapshot.recv`: the received snapshot being installed.
     pub fn receiving_path(&self) -> PathBuf {
         self.dir.join("snapshot.recv")
+    }
+
+    /// A new file for a snapshot about to be received, `snapshot.recv-<n>`: each transfer
+    /// writes its own, so a new transfer never overwrites one that arrived whole and waits to
+    /// be installed.
+    pub fn new_receiving_path(&self) -> PathBuf {
+        let n = self.builds.fetch_add(1, Ordering::Relaxed);
+        self.dir.join(format!("snapshot.recv-{n}"))
     }
 
     /// The latest snapshot's metadata and an open handle to it, if there is one.
@@ -141,9 +157,9 @@ impl SnapshotFiles {
     }
 
     /// Installs the received snapshot described by `meta` into `storage` (see the module
-    /// comment). `handle` is what openraft wrote the snapshot to: `snapshot.recv`, or any other
-    /// file holding a snapshot, which is then copied there first. Blocking; the caller keeps
-    /// readers of the state out meanwhile.
+    /// comment). `handle` is what openraft wrote the snapshot to: a `snapshot.recv-<n>`, renamed
+    /// to `snapshot.recv`, or any other file holding a snapshot, copied there. Blocking; the
+    /// caller keeps readers of the state out meanwhile.
     ///
     /// # Errors
     /// On an I/O or storage failure, or when the received file is not the snapshot `meta`
@@ -158,12 +174,21 @@ impl SnapshotFiles {
         use std::io::Seek;
         use std::os::unix::fs::MetadataExt;
         let received = self.receiving_path();
-        let ours = std::fs::metadata(&received).ok();
         let theirs = handle.metadata()?;
-        if ours.is_none_or(|m| (m.dev(), m.ino()) != (theirs.dev(), theirs.ino())) {
-            handle.rewind()?;
-            let mut copy = std::fs::File::create(&received)?;
-            io::copy(&mut handle, &mut copy)?;
+        let written = std::fs::read_dir(&self.dir)?.flatten().find(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("snapshot.recv-")
+                && e.metadata()
+                    .is_ok_and(|m| (m.dev(), m.ino()) == (theirs.dev(), theirs.ino()))
+        });
+        match written {
+            Some(entry) => std::fs::rename(entry.path(), &received)?,
+            None => {
+                handle.rewind()?;
+                let mut copy = std::fs::File::create(&received)?;
+                io::copy(&mut handle, &mut copy)?;
+            }
         }
         drop(handle);
         let found = snapshot_file::read_meta(&received)?;

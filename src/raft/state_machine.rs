@@ -248,12 +248,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<Box<tokio::fs::File>, StorageError<u64>> {
         self.receiving
             .store(true, std::sync::atomic::Ordering::Release);
+        // Earlier transfers' files go; one that arrived whole and waits to be installed stays
+        // readable through the handle openraft holds.
+        self.snapshots.forget_received();
         let file = tokio::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(true)
-            .open(self.snapshots.receiving_path())
+            .create_new(true)
+            .open(self.snapshots.new_receiving_path())
             .await
             .map_err(snap_err)?;
         Ok(Box::new(file))

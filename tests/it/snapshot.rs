@@ -51,12 +51,23 @@ async fn local_keys(c: &Cluster, m: usize) -> Option<BTreeMap<String, String>> {
     )
 }
 
-/// Waits until `path` exists (a transfer to that member has begun).
-async fn wait_for_file(path: &std::path::Path, within: Duration) -> TestResult {
+/// The files of snapshots being received in `dir` (`snapshot.recv-<n>`, `snapshot.recv`).
+fn receiving(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("snapshot.recv"))
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Waits until a snapshot is being received in `dir` (a transfer to that member has begun).
+async fn wait_for_transfer(dir: &std::path::Path, within: Duration) -> TestResult {
     let deadline = Instant::now() + within;
-    while !path.exists() {
+    while receiving(dir).is_empty() {
         if Instant::now() > deadline {
-            return Err(format!("{} never appeared", path.display()).into());
+            return Err(format!("no snapshot transfer began in {}", dir.display()).into());
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
@@ -79,22 +90,24 @@ async fn a_member_far_behind_catches_up_through_a_chunked_snapshot_despite_kills
         put_anywhere(&c, &k, &v).await?;
         acked.insert(k, v);
     }
-    let receiving = c.data_dir(lagging)?.join("snapshot.recv");
+    let data = c.data_dir(lagging)?;
 
     // The receiver dies while pieces arrive.
     c.spawn(lagging)?;
-    wait_for_file(&receiving, Duration::from_secs(30)).await?;
+    wait_for_transfer(&data, Duration::from_secs(30)).await?;
     c.kill(lagging)?;
     assert!(
         !c.data_dir(lagging)?.join("snapshot.bin").exists(),
         "killed after the transfer, not during it"
     );
-    // Its partial file is left behind; removed so that its return marks the next transfer.
-    std::fs::remove_file(&receiving)?;
+    // Its partial file is left behind; removed so that a new one marks the next transfer.
+    for f in receiving(&data) {
+        std::fs::remove_file(f)?;
+    }
 
     // The sender dies while sending: another member becomes leader and sends its own.
     c.spawn(lagging)?;
-    wait_for_file(&receiving, Duration::from_secs(30)).await?;
+    wait_for_transfer(&data, Duration::from_secs(30)).await?;
     let sender = c.wait_leader(Duration::from_secs(5)).await?;
     c.kill(sender)?;
 
@@ -106,7 +119,10 @@ async fn a_member_far_behind_catches_up_through_a_chunked_snapshot_despite_kills
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(c.data_dir(lagging)?.join("snapshot.bin").exists());
-    assert!(!receiving.exists(), "the received file became snapshot.bin");
+    assert!(
+        receiving(&data).is_empty(),
+        "the received file became snapshot.bin"
+    );
 
     // Writes go on, and the killed sender comes back with everything too.
     put_anywhere(&c, "k9999", "after").await?;
