@@ -88,6 +88,8 @@ pub struct Report {
     p90: f64,
     p99: f64,
     p999: f64,
+    /// The slowest request (a stall shows here first).
+    max: f64,
     ops: u64,
     errors: u64,
     peak_rss: u64,
@@ -108,6 +110,7 @@ impl Report {
             p90: ms(0.9),
             p99: ms(0.99),
             p999: ms(0.999),
+            max: m.latency.max() as f64 / 1000.0,
             ops: m.ops,
             errors: m.errors,
             peak_rss: after.peak_rss,
@@ -150,6 +153,7 @@ impl Report {
             "p90_ms": self.p90,
             "p99_ms": self.p99,
             "p999_ms": self.p999,
+            "max_ms": self.max,
             "server_peak_rss_bytes": self.peak_rss,
             "server_cpu_seconds": self.cpu,
         })
