@@ -22,6 +22,9 @@ pub type Meta = openraft::SnapshotMeta<u64, openraft::BasicNode>;
 /// Bytes buffered per read or write.
 const BUFFER: usize = 1 << 20;
 
+/// Bytes written between syncs while a snapshot file is written.
+const SYNC_EVERY: usize = 8 << 20;
+
 /// One record of a snapshot.
 pub struct Record {
     /// The keyspace.
@@ -63,12 +66,22 @@ pub fn write(path: &Path, meta: &Meta, view: &View) -> io::Result<u64> {
     out.write_all(MAGIC)?;
     write_len(&mut out, meta_bytes.len())?;
     out.write_all(&meta_bytes)?;
-    let record = |out: &mut BufWriter<File>, space: Space, k: &[u8], v: &[u8]| {
+    // Synced as it grows: one sync of the whole file at the end would flush gigabytes at
+    // once, and the Raft log's own syncs, on the same disk, would wait behind it.
+    let mut unsynced = 0usize;
+    let mut record = |out: &mut BufWriter<File>, space: Space, k: &[u8], v: &[u8]| {
         out.write_all(&[space_tag(space)])?;
         write_len(out, k.len())?;
         out.write_all(k)?;
         write_len(out, v.len())?;
-        out.write_all(v)
+        out.write_all(v)?;
+        unsynced += 9 + k.len() + v.len();
+        if unsynced >= SYNC_EVERY {
+            out.flush()?;
+            out.get_ref().sync_data()?;
+            unsynced = 0;
+        }
+        Ok::<(), io::Error>(())
     };
     for space in [Space::Kv, Space::Lease] {
         view.for_each(space, b"", |k, v| record(&mut out, space, k, v))?;
