@@ -81,15 +81,14 @@ impl SnapshotCli {
 /// once in chunks. Returns the file, rewound, and its size.
 fn verified(file: &Path, skip_check: bool) -> anyhow::Result<(std::fs::File, u64)> {
     use std::io::{Read, Seek};
-    let open = || std::fs::File::open(file).with_context(|| format!("reading {}", file.display()));
-    let mut f = open()?;
+    let mut f = std::fs::File::open(file).with_context(|| format!("reading {}", file.display()))?;
     let size = f.metadata()?.len();
     if size < 32 {
         bail!("snapshot file {} is too short", file.display());
     }
     if !skip_check {
         let mut hasher = Sha256::new();
-        std::io::copy(&mut (&mut f).take(size - 32), &mut HashWriter(&mut hasher))?;
+        std::io::copy(&mut (&mut f).take(size - 32), &mut hasher)?;
         let mut trailer = [0u8; 32];
         f.read_exact(&mut trailer)?;
         if hasher.finalize()[..] != trailer[..] {
@@ -98,20 +97,6 @@ fn verified(file: &Path, skip_check: bool) -> anyhow::Result<(std::fs::File, u64
     }
     f.rewind()?;
     Ok((f, size))
-}
-
-/// Feeds what is written to it into a SHA-256.
-struct HashWriter<'a>(&'a mut Sha256);
-
-impl std::io::Write for HashWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.update(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 fn restore(args: &RestoreArgs) -> anyhow::Result<()> {

@@ -49,7 +49,8 @@ pub struct MvccStore {
     /// the write path checks it on every request and must not wait for the state lock, which
     /// an apply holds through its disk write.
     raised: AtomicU64,
-    /// Set while (and if) a wholesale replacement fails: reads refuse from then on.
+    /// Set while the keyspaces are replaced wholesale (and for good if that fails): reads
+    /// refuse rather than see a half-replaced state.
     failed: std::sync::atomic::AtomicBool,
 }
 
@@ -66,18 +67,6 @@ impl MvccStore {
             failed: std::sync::atomic::AtomicBool::new(false),
             state: RwLock::new(state),
         })
-    }
-
-    /// Reloads everything from disk, after a snapshot replaced the keyspaces.
-    ///
-    /// # Errors
-    /// On a read failure or a corrupt record.
-    pub fn reload(&self) -> StorageResult<()> {
-        let fresh = load_state(&self.storage)?;
-        let bits = alarm_bits(&fresh.alarms);
-        *self.state.write().map_err(|_| poisoned())? = fresh;
-        self.raised.store(bits, Ordering::Release);
-        Ok(())
     }
 
     /// Runs `replace`, which rewrites the keyspaces wholesale (a snapshot install), with every

@@ -119,7 +119,17 @@ impl Elector {
     /// restarting members from asking at the same instant over and over).
     fn restart_retry(&self, seed: &mut u64) -> Duration {
         let h = self.heartbeat.as_millis().max(1) as u64;
-        Duration::from_millis(h + self.random_timeout(seed).as_millis() as u64 % h)
+        Duration::from_millis(h + random(seed) % h)
+    }
+
+    /// The timeout after an attempt: a whole randomized election timeout, or a short retry for
+    /// a restarting member whose PreVote was lost (see [`Elector::restarting`]).
+    fn next_timeout(&self, attempt: Attempt, seed: &mut u64) -> Option<Duration> {
+        match attempt {
+            Attempt::None => None,
+            Attempt::Lost if self.restarting() => Some(self.restart_retry(seed)),
+            Attempt::Lost | Attempt::Made => Some(self.random_timeout(seed)),
+        }
     }
 
     /// Time since this member last heard from a leader it follows.
@@ -151,14 +161,17 @@ impl Elector {
     /// decides), and PreVote keeps split votes rare: two candidates collide only if their timers
     /// fire within one PreVote and vote round trip of each other.
     fn random_timeout(&self, seed: &mut u64) -> Duration {
-        // xorshift64*: enough to spread members' timers apart.
-        *seed ^= *seed << 13;
-        *seed ^= *seed >> 7;
-        *seed ^= *seed << 17;
         let e = self.election.as_millis().max(2) as u64;
-        let spread = (seed.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) % (e / 2);
-        Duration::from_millis(e + spread)
+        Duration::from_millis(e + random(seed) % (e / 2))
     }
+}
+
+/// The next number of an xorshift64* sequence: enough to spread members' timers apart.
+fn random(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    seed.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32
 }
 
 /// What one tick of the election timer did.
@@ -196,14 +209,9 @@ impl RaftNode {
                 let Some(node) = Weak::upgrade(&node) else {
                     return;
                 };
-                match node.election_tick(timeout).await {
-                    Attempt::None => {}
-                    Attempt::Lost if node.elector.restarting() => {
-                        timeout = node.elector.restart_retry(&mut seed);
-                    }
-                    Attempt::Lost | Attempt::Made => {
-                        timeout = node.elector.random_timeout(&mut seed);
-                    }
+                let attempt = node.election_tick(timeout).await;
+                if let Some(next) = node.elector.next_timeout(attempt, &mut seed) {
+                    timeout = next;
                 }
             }
         });
@@ -414,8 +422,17 @@ mod tests {
             let t = restarted.restart_retry(&mut seed);
             assert!(t >= h && t < 2 * h, "{t:?}");
         }
+        let retry = restarted.next_timeout(Attempt::Lost, &mut seed);
+        assert!(retry.is_some_and(|t| t < 2 * h), "{retry:?}");
+        assert!(restarted
+            .next_timeout(Attempt::Made, &mut seed)
+            .is_some_and(|t| t >= e));
+        assert_eq!(restarted.next_timeout(Attempt::None, &mut seed), None);
         restarted.heard_leader();
         assert!(!restarted.restarting(), "back to whole timeouts");
+        assert!(restarted
+            .next_timeout(Attempt::Lost, &mut seed)
+            .is_some_and(|t| t >= e));
         assert!(!Elector::new(e, h, false).restarting());
     }
 

@@ -91,8 +91,8 @@ pub struct LogStore {
     storage: Storage,
     shared: Arc<Shared>,
     syncer: mpsc::Sender<Job>,
-    /// Set by the state machine from a snapshot's first piece until its install is marked on
-    /// disk (see `purge`).
+    /// Set from a snapshot transfer's first piece until its install is marked on disk (see
+    /// `purge`; owned by the snapshot files).
     receiving: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -113,7 +113,7 @@ impl LogStore {
         }
     }
 
-    /// Shares the state machine's "snapshot being received" flag (see `purge`).
+    /// Shares the snapshot files' "snapshot being received" flag (see `purge`).
     pub fn watching_installs(mut self, receiving: Arc<std::sync::atomic::AtomicBool>) -> Self {
         self.receiving = receiving;
         self
@@ -129,24 +129,19 @@ impl LogStore {
             .transpose()
     }
 
-    /// Whether the state machine's state on disk reaches `log_id`: applied up to it, or a
-    /// snapshot install that does is marked (a restart finishes it).
+    /// Whether the state machine's state on disk is applied up to `log_id`. (While a snapshot
+    /// is received its install is not marked yet: the applied index is all there is.)
     fn state_covers(&self, log_id: LogId<u64>) -> Result<bool, StorageError<u64>> {
         use crate::storage::{meta_key, Space};
-        let read = |key| self.storage.get(Space::Meta, key).map_err(read_err);
-        let applied: Option<LogId<u64>> = match read(meta_key::APPLIED)? {
+        let applied: Option<LogId<u64>> = match self
+            .storage
+            .get(Space::Meta, meta_key::APPLIED)
+            .map_err(read_err)?
+        {
             Some(b) => bincode::deserialize(&b).map_err(read_err)?,
             None => None,
         };
-        let installing: Option<openraft::SnapshotMeta<u64, openraft::BasicNode>> =
-            match read(meta_key::INSTALLING)? {
-                Some(b) => Some(bincode::deserialize(&b).map_err(read_err)?),
-                None => None,
-            };
-        let reach = applied
-            .map(|l| l.index)
-            .max(installing.and_then(|m| m.last_log_id).map(|l| l.index));
-        Ok(reach.is_some_and(|i| i >= log_id.index))
+        Ok(applied.is_some_and(|a| a.index >= log_id.index))
     }
 
     fn write_meta<T: serde::Serialize>(&self, key: &str, v: &T) -> Result<(), StorageError<u64>> {

@@ -48,7 +48,13 @@ impl RaftNode {
                 .map_err(|_| Error::Timeout)?
                 .map_err(|_| Error::Stopped)?;
         }
-        std::fs::File::open(self.snapshots.current_path()).map_err(|_| Error::Storage)
+        // The file and its header from one handle: a newer build may take the name meanwhile.
+        match self.snapshots.current() {
+            Ok(Some((meta, file))) if meta.last_log_id.is_some_and(|l| l.index >= target) => {
+                Ok(file)
+            }
+            _ => Err(Error::Storage),
+        }
     }
 
     /// Hands leadership to voter `target` (etcd's MoveLeader); must run on the leader.

@@ -460,14 +460,9 @@ pub async fn bootstrapped_elsewhere(
     let asks = peer_urls.iter().map(|url| {
         let tls = tls.clone();
         async move {
-            let ch = super::network::peer_channel(url, super::network::UNACKED, tls).ok()?;
-            let reply = crate::pb::concordpb::raft_peer_client::RaftPeerClient::new(ch)
-                .members(MembersRequest {})
-                .await
-                .ok()?;
+            let reply = peer_members(url, tls).await.ok()?;
             Some(
                 reply
-                    .into_inner()
                     .members
                     .iter()
                     .any(|m| m.id == id && !m.client_ur_ls.is_empty()),
@@ -488,8 +483,22 @@ pub async fn bootstrapped_elsewhere(
         .unwrap_or(false)
 }
 
+/// The membership as the peer at `url` knows it (its `members` RPC).
+async fn peer_members(
+    url: &str,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+) -> std::result::Result<crate::pb::concordpb::MembersReply, String> {
+    let ch = super::network::peer_channel(url, super::network::UNACKED, tls)
+        .map_err(|e| e.to_string())?;
+    crate::pb::concordpb::raft_peer_client::RaftPeerClient::new(ch)
+        .members(MembersRequest {})
+        .await
+        .map(tonic::Response::into_inner)
+        .map_err(|s| s.message().to_string())
+}
+
 /// For a member started with `--initial-cluster-state existing` and an empty data dir: asks the
-/// running members at `peer_urls` for the membership and finds the member whose peer URLs are
+/// other members, at `peer_urls`, for the membership and finds the member whose peer URLs are
 /// `own_urls` (added beforehand with `member add`). Returns (member ID, cluster ID).
 ///
 /// # Errors
@@ -504,18 +513,9 @@ pub async fn discover_identity(
     let deadline = tokio::time::Instant::now() + patience;
     let mut last_error = String::from("no peer URLs to ask");
     loop {
-        for url in peer_urls.iter().filter(|u| !own.contains(u)) {
-            let reply =
-                match super::network::peer_channel(url, super::network::UNACKED, tls.clone()) {
-                    Ok(ch) => crate::pb::concordpb::raft_peer_client::RaftPeerClient::new(ch)
-                        .members(MembersRequest {})
-                        .await
-                        .map_err(|s| s.message().to_string()),
-                    Err(e) => Err(e.to_string()),
-                };
-            match reply {
+        for url in peer_urls {
+            match peer_members(url, tls.clone()).await {
                 Ok(r) => {
-                    let r = r.into_inner();
                     let found = r
                         .members
                         .iter()

@@ -162,7 +162,7 @@ impl RaftNode {
         )
         .map_err(|e| StorageError(e.to_string()))?
         .warn_slower_than(options.warning_apply_duration);
-        let log = LogStore::new(storage.clone()).watching_installs(sm.receiving_flag());
+        let log = LogStore::new(storage.clone()).watching_installs(snapshots.receiving_flag());
         log.uncommit_vote()
             .map_err(|e| StorageError(e.to_string()))?;
         if let Some(addr) = &options.force_new_cluster {

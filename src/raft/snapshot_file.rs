@@ -35,12 +35,15 @@ pub struct Record {
     pub value: Vec<u8>,
 }
 
+/// The spaces a snapshot carries; a record's tag is its space's place here, plus one (0 ends
+/// the records).
+const SPACES: [Space; 3] = [Space::Kv, Space::Lease, Space::Meta];
+
 fn space_tag(space: Space) -> u8 {
-    match space {
-        Space::Kv => 1,
-        Space::Lease => 2,
-        Space::Meta => 3,
-    }
+    SPACES
+        .iter()
+        .position(|s| *s == space)
+        .map_or(0, |i| i as u8 + 1)
 }
 
 fn bad(what: impl std::fmt::Display) -> io::Error {
@@ -150,16 +153,13 @@ impl<R: Read> Reader<R> {
         }
         let mut tag = [0u8; 1];
         self.input.read_exact(&mut tag)?;
-        let space = match tag[0] {
-            0 => {
-                self.done = true;
-                return Ok(None);
-            }
-            1 => Space::Kv,
-            2 => Space::Lease,
-            3 => Space::Meta,
-            t => return Err(bad(format!("corrupt snapshot: record type {t}"))),
-        };
+        if tag[0] == 0 {
+            self.done = true;
+            return Ok(None);
+        }
+        let space = *SPACES
+            .get(usize::from(tag[0]) - 1)
+            .ok_or_else(|| bad(format!("corrupt snapshot: record type {}", tag[0])))?;
         let key = read_bytes(&mut self.input)?;
         let value = read_bytes(&mut self.input)?;
         if space == Space::Meta && !carried_meta(&key) {

@@ -5,7 +5,8 @@
 //!   `Maintenance.Snapshot` streams). Built from a [`View`] into `snapshot.build-<n>` while the
 //!   state machine goes on applying, synced, then renamed over it; a reader that opened the old
 //!   file keeps reading the old one.
-//! - `snapshot.recv`: a snapshot being received; openraft writes its chunks there.
+//! - `snapshot.recv-<n>`: a snapshot being received, one file per transfer (openraft writes its
+//!   chunks there); `snapshot.recv` once it is being installed.
 //!
 //! Installing replaces the state in batches of bounded size, so it cannot be one atomic batch.
 //! Instead: the received file is synced, an `installing` marker naming the snapshot is written
@@ -16,8 +17,8 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::snapshot_file::{self, carried_meta, Meta, Reader};
 use crate::storage::{meta_key, Batch, Space, Storage, View};
@@ -30,12 +31,11 @@ pub struct SnapshotFiles {
     dir: PathBuf,
     /// Serializes replacing `snapshot.bin` (a build and an install may finish together).
     publish: Mutex<()>,
-    builds: AtomicU64,
-}
-
-/// The path of a data dir's latest snapshot.
-pub fn current_path(data_dir: &Path) -> PathBuf {
-    data_dir.join("snapshot.bin")
+    /// Numbers the files of builds and transfers.
+    seq: AtomicU64,
+    /// Set from a transfer's first piece until its install is marked on disk: the log store
+    /// purges no entries the state on disk does not cover meanwhile.
+    receiving: Arc<AtomicBool>,
 }
 
 impl SnapshotFiles {
@@ -45,7 +45,8 @@ impl SnapshotFiles {
         let files = SnapshotFiles {
             dir: data_dir.to_path_buf(),
             publish: Mutex::new(()),
-            builds: AtomicU64::new(0),
+            seq: AtomicU64::new(0),
+            receiving: Arc::default(),
         };
         let current = files.current_path();
         let foreign = snapshot_file::read_meta(&current)
@@ -54,35 +55,33 @@ impl SnapshotFiles {
             tracing::warn!(path = %current.display(), "removing a snapshot of an earlier format");
             let _ = std::fs::remove_file(&current);
         }
-        for entry in std::fs::read_dir(data_dir).into_iter().flatten().flatten() {
-            if entry
-                .file_name()
-                .to_string_lossy()
-                .starts_with("snapshot.build-")
-            {
+        files.remove_files("snapshot.build-");
+        files
+    }
+
+    /// Removes the files of this data dir whose names start with `prefix`.
+    fn remove_files(&self, prefix: &str) {
+        for entry in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().starts_with(prefix) {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
-        files
     }
 
     /// Removes received snapshots that no install will use (at start, with no install to
     /// finish).
     pub fn forget_received(&self) {
-        for entry in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
-            if entry
-                .file_name()
-                .to_string_lossy()
-                .starts_with("snapshot.recv")
-            {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
+        self.remove_files("snapshot.recv");
+    }
+
+    /// The flag the log store checks before a purge (see [`SnapshotFiles::receiving`]).
+    pub fn receiving_flag(&self) -> Arc<AtomicBool> {
+        self.receiving.clone()
     }
 
     /// `snapshot.bin`.
     pub fn current_path(&self) -> PathBuf {
-        current_path(&self.dir)
+        self.dir.join("snapshot.bin")
     }
 
     /// `snapshot.recv`: the received snapshot being installed.
@@ -90,12 +89,19 @@ impl SnapshotFiles {
         self.dir.join("snapshot.recv")
     }
 
-    /// A new file for a snapshot about to be received, `snapshot.recv-<n>`: each transfer
-    /// writes its own, so a new transfer never overwrites one that arrived whole and waits to
-    /// be installed.
-    pub fn new_receiving_path(&self) -> PathBuf {
-        let n = self.builds.fetch_add(1, Ordering::Relaxed);
+    /// A transfer begins: the path of a new file for it, `snapshot.recv-<n>`. Each transfer
+    /// writes its own, so a new one never overwrites one that arrived whole and waits to be
+    /// installed; earlier transfers' files go (a pending install reads through its handle).
+    pub fn start_receiving(&self) -> PathBuf {
+        self.receiving.store(true, Ordering::Release);
+        self.forget_received();
+        let n = self.seq.fetch_add(1, Ordering::Relaxed);
         self.dir.join(format!("snapshot.recv-{n}"))
+    }
+
+    /// A transfer's install ended (installed or failed).
+    pub fn receiving_ended(&self) {
+        self.receiving.store(false, Ordering::Release);
     }
 
     /// The latest snapshot's metadata and an open handle to it, if there is one.
@@ -122,7 +128,7 @@ impl SnapshotFiles {
     /// # Errors
     /// On an I/O or read failure.
     pub fn build(&self, meta: &Meta, view: &View) -> io::Result<std::fs::File> {
-        let n = self.builds.fetch_add(1, Ordering::Relaxed);
+        let n = self.seq.fetch_add(1, Ordering::Relaxed);
         let tmp = self.dir.join(format!("snapshot.build-{n}"));
         let started = std::time::Instant::now();
         let bytes = snapshot_file::write(&tmp, meta, view)?;
@@ -169,7 +175,6 @@ impl SnapshotFiles {
         storage: &Storage,
         meta: &Meta,
         mut handle: std::fs::File,
-        receiving: &std::sync::atomic::AtomicBool,
     ) -> io::Result<()> {
         use std::io::Seek;
         use std::os::unix::fs::MetadataExt;
@@ -191,14 +196,15 @@ impl SnapshotFiles {
             }
         }
         drop(handle);
-        let found = snapshot_file::read_meta(&received)?;
+        let file = std::fs::File::open(&received)?;
+        let (found, _) = Reader::new(&file)?;
         if found.snapshot_id != meta.snapshot_id || found.last_log_id != meta.last_log_id {
             return Err(io::Error::other(format!(
                 "received snapshot {} is not the announced {}",
                 found.snapshot_id, meta.snapshot_id
             )));
         }
-        std::fs::File::open(&received)?.sync_all()?;
+        file.sync_all()?;
         sync_dir(&self.dir)?;
         let marker = bincode::serialize(meta).map_err(io::Error::other)?;
         let mut batch = storage.batch();
@@ -206,25 +212,30 @@ impl SnapshotFiles {
         batch.commit()?;
         storage.persist_state()?;
         // From here a restart finishes the install: the log may be purged up to it.
-        receiving.store(false, std::sync::atomic::Ordering::Release);
+        self.receiving_ended();
         self.refill(storage, &received, meta)
     }
 
-    /// At start: finishes an install a crash interrupted. Returns whether there was one.
-    /// Blocking.
+    /// At start: the install a crash interrupted, if any (its marker).
+    ///
+    /// # Errors
+    /// On a read failure or a corrupt marker.
+    pub fn interrupted_install(storage: &Storage) -> io::Result<Option<Meta>> {
+        storage
+            .get(Space::Meta, meta_key::INSTALLING)?
+            .map(|marker| bincode::deserialize(&marker).map_err(io::Error::other))
+            .transpose()
+    }
+
+    /// Finishes the install of `meta` that a crash interrupted. Blocking.
     ///
     /// # Errors
     /// On an I/O or storage failure, or when neither snapshot file is the one being installed.
-    pub fn finish_interrupted_install(&self, storage: &Storage) -> io::Result<bool> {
-        let Some(marker) = storage.get(Space::Meta, meta_key::INSTALLING)? else {
-            return Ok(false);
-        };
-        let meta: Meta = bincode::deserialize(&marker).map_err(io::Error::other)?;
+    pub fn finish_install(&self, storage: &Storage, meta: &Meta) -> io::Result<()> {
         tracing::warn!(snapshot = %meta.snapshot_id, "finishing a snapshot install a stop interrupted");
         for path in [self.receiving_path(), self.current_path()] {
             if snapshot_file::read_meta(&path).is_ok_and(|m| m.snapshot_id == meta.snapshot_id) {
-                self.refill(storage, &path, &meta)?;
-                return Ok(true);
+                return self.refill(storage, &path, meta);
             }
         }
         Err(io::Error::other(format!(
@@ -261,11 +272,7 @@ impl SnapshotFiles {
             std::fs::rename(path, self.current_path())?;
             sync_dir(&self.dir)?;
         }
-        let mut last = storage.batch();
-        let applied = bincode::serialize(&meta.last_log_id).map_err(io::Error::other)?;
-        last.insert(Space::Meta, meta_key::APPLIED, &applied);
-        let membership = bincode::serialize(&meta.last_membership).map_err(io::Error::other)?;
-        last.insert(Space::Meta, meta_key::MEMBERSHIP, &membership);
+        let mut last = applied_batch(storage, meta)?;
         last.remove(Space::Meta, meta_key::INSTALLING);
         last.commit()?;
         storage.persist_state()?;
@@ -340,23 +347,29 @@ pub fn seal_restore(
         .map(|(id, url)| (*id, openraft::BasicNode::new(url)))
         .collect();
     let voters = nodes.keys().copied().collect();
-    let membership =
-        openraft::StoredMembership::new(Some(at), openraft::Membership::new(vec![voters], nodes));
-    let mut batch = storage.batch();
-    let applied = bincode::serialize(&Some(at)).map_err(io::Error::other)?;
-    batch.insert(Space::Meta, meta_key::APPLIED, &applied);
-    let stored = bincode::serialize(&membership).map_err(io::Error::other)?;
-    batch.insert(Space::Meta, meta_key::MEMBERSHIP, &stored);
-    batch.commit()?;
-    storage.persist_state()?;
-    super::log_store::mark_purged(storage, at)?;
     let meta = Meta {
         last_log_id: Some(at),
-        last_membership: membership,
+        last_membership: openraft::StoredMembership::new(
+            Some(at),
+            openraft::Membership::new(vec![voters], nodes),
+        ),
         snapshot_id: format!("restored-{}", at.index),
     };
+    applied_batch(storage, &meta)?.commit()?;
+    storage.persist_state()?;
+    super::log_store::mark_purged(storage, at)?;
     SnapshotFiles::new(data_dir).build(&meta, &storage.view())?;
     Ok(())
+}
+
+/// A batch recording the state as applied up to `meta`'s log id, with its membership.
+fn applied_batch(storage: &Storage, meta: &Meta) -> io::Result<Batch> {
+    let mut batch = storage.batch();
+    let applied = bincode::serialize(&meta.last_log_id).map_err(io::Error::other)?;
+    batch.insert(Space::Meta, meta_key::APPLIED, &applied);
+    let membership = bincode::serialize(&meta.last_membership).map_err(io::Error::other)?;
+    batch.insert(Space::Meta, meta_key::MEMBERSHIP, &membership);
+    Ok(batch)
 }
 
 /// Batches of at most [`BATCH_BYTES`] of changes, committed as they fill.
@@ -471,7 +484,11 @@ mod tests {
 
         let b = Storage::open(&b_dir)?;
         let files = SnapshotFiles::new(&b_dir);
-        assert!(files.finish_interrupted_install(&b)?);
+        let marked = SnapshotFiles::interrupted_install(&b)?
+            .ok_or("no marker")
+            .map_err(io::Error::other)?;
+        assert_eq!(marked, m);
+        files.finish_install(&b, &marked)?;
         assert_eq!(
             kv(&b)?,
             kv(&a)?,
@@ -485,7 +502,7 @@ mod tests {
         assert_eq!(files.current()?.map(|(meta, _)| meta), Some(m));
         assert!(!b_dir.join("snapshot.recv").exists());
         assert!(
-            !files.finish_interrupted_install(&b)?,
+            SnapshotFiles::interrupted_install(&b)?.is_none(),
             "nothing left to finish"
         );
         Ok(())

@@ -7,17 +7,18 @@
 
 use std::sync::Arc;
 
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{
+    AnyError, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError,
+    StorageIOError, StoredMembership,
+};
+
 use super::snapshots::SnapshotFiles;
 use super::TypeConfig;
 use crate::apply::{self, CommandResult};
 use crate::mvcc::{KvTxn, MvccStore};
 use crate::storage::{meta_key, Space, Storage, View};
 use crate::watch::WatchHub;
-use openraft::storage::{RaftStateMachine, Snapshot};
-use openraft::{
-    AnyError, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError,
-    StorageIOError, StoredMembership,
-};
 
 type Entry = openraft::Entry<TypeConfig>;
 type Membership = StoredMembership<u64, openraft::BasicNode>;
@@ -31,9 +32,6 @@ pub struct StateMachine {
     auth: Arc<crate::auth::AuthStore>,
     hub: Arc<WatchHub>,
     snapshots: Arc<SnapshotFiles>,
-    /// Set from a snapshot's first piece until its install is marked on disk: the log store
-    /// does not purge entries the state on disk does not cover meanwhile.
-    receiving: Arc<std::sync::atomic::AtomicBool>,
     applied: Option<LogId<u64>>,
     membership: Membership,
     snapshot_seq: u64,
@@ -50,11 +48,6 @@ fn snap_err(e: impl std::fmt::Display) -> StorageError<u64> {
 }
 
 impl StateMachine {
-    /// The flag the log store checks before a purge (see [`Self::receiving`]).
-    pub fn receiving_flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
-        self.receiving.clone()
-    }
-
     /// Logs applies slower than `limit` (`--experimental-warning-apply-duration`).
     pub fn warn_slower_than(mut self, limit: std::time::Duration) -> Self {
         self.slow_apply = limit;
@@ -75,16 +68,11 @@ impl StateMachine {
         snapshots: Arc<SnapshotFiles>,
         removed: Arc<tokio::sync::watch::Sender<bool>>,
     ) -> Result<Self, StorageError<u64>> {
-        let interrupted = storage
-            .get(Space::Meta, meta_key::INSTALLING)
-            .map_err(sm_err)?
-            .is_some();
-        if interrupted {
+        if let Some(meta) = SnapshotFiles::interrupted_install(&storage).map_err(sm_err)? {
             mvcc.replace_all(|| {
                 snapshots
-                    .finish_interrupted_install(&storage)
-                    .map_err(|e| crate::storage::StorageError(e.to_string()))?;
-                Ok::<(), crate::storage::StorageError>(())
+                    .finish_install(&storage, &meta)
+                    .map_err(|e| crate::storage::StorageError(e.to_string()))
             })
             .map_err(snap_err)?;
             auth.reload(&storage).map_err(snap_err)?;
@@ -116,7 +104,6 @@ impl StateMachine {
             auth,
             hub,
             snapshots,
-            receiving: Arc::default(),
             applied,
             membership,
             snapshot_seq: 0,
@@ -246,16 +233,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn begin_receiving_snapshot(
         &mut self,
     ) -> Result<Box<tokio::fs::File>, StorageError<u64>> {
-        self.receiving
-            .store(true, std::sync::atomic::Ordering::Release);
-        // Earlier transfers' files go; one that arrived whole and waits to be installed stays
-        // readable through the handle openraft holds.
-        self.snapshots.forget_received();
         let file = tokio::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
-            .open(self.snapshots.new_receiving_path())
+            .open(self.snapshots.start_receiving())
             .await
             .map_err(snap_err)?;
         Ok(Box::new(file))
@@ -276,17 +258,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.snapshots.clone(),
         );
         let announced = meta.clone();
-        let receiving = self.receiving.clone();
         let installed = tokio::task::spawn_blocking(move || {
             mvcc.replace_all(|| {
                 snapshots
-                    .install_received(&storage, &announced, file, &receiving)
+                    .install_received(&storage, &announced, file)
                     .map_err(|e| crate::storage::StorageError(e.to_string()))
             })
         })
         .await;
-        self.receiving
-            .store(false, std::sync::atomic::Ordering::Release);
+        self.snapshots.receiving_ended();
         installed.map_err(snap_err)?.map_err(snap_err)?;
         self.auth.reload(&self.storage).map_err(snap_err)?;
         self.hub.resync_all(self.mvcc.current_revision());

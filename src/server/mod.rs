@@ -239,6 +239,13 @@ async fn identity(
     if let Some(known) = storage.identity()? {
         return Ok(known);
     }
+    // The other members, asked about this one for a new data dir.
+    let own = config::split_urls(&cfg.initial_advertise_peer_urls);
+    let peers: Vec<String> = members
+        .values()
+        .flat_map(|m| m.peer_urls.clone())
+        .filter(|u| !own.contains(u))
+        .collect();
     let (id, cluster_id) = match cfg.initial_cluster_state {
         ClusterState::New => {
             let id = cfg.member_id();
@@ -248,29 +255,20 @@ async fn identity(
                     cfg.name
                 ));
             }
-            let peers: Vec<String> = members
-                .iter()
-                .filter(|(other, _)| **other != id)
-                .flat_map(|(_, m)| m.peer_urls.clone())
-                .collect();
             let patience = std::time::Duration::from_secs(1);
             if crate::raft::bootstrapped_elsewhere(&peers, id, patience, peer_tls).await {
                 return Err(anyhow!("member {id:x} has already been bootstrapped"));
             }
             (id, config::cluster_id(members.keys()))
         }
-        ClusterState::Existing => {
-            let peers: Vec<String> = members.values().flat_map(|m| m.peer_urls.clone()).collect();
-            let own = config::split_urls(&cfg.initial_advertise_peer_urls);
-            crate::raft::discover_identity(
-                &peers,
-                &own,
-                std::time::Duration::from_secs(30),
-                peer_tls,
-            )
-            .await
-            .map_err(|e| anyhow!(e))?
-        }
+        ClusterState::Existing => crate::raft::discover_identity(
+            &peers,
+            &own,
+            std::time::Duration::from_secs(30),
+            peer_tls,
+        )
+        .await
+        .map_err(|e| anyhow!(e))?,
     };
     storage.save_identity(id, cluster_id)?;
     Ok((id, cluster_id))

@@ -5,7 +5,7 @@ use std::ops::Bound;
 
 use fjall::Readable;
 
-use super::{Space, Storage, StorageResult};
+use super::{Space, Storage, StorageError, StorageResult};
 
 /// The state-machine keyspaces as they were when [`Storage::view`] was called. Holding one keeps
 /// fjall from dropping the versions it sees: drop it when done.
@@ -50,11 +50,11 @@ impl View {
     ///
     /// # Errors
     /// On a read failure, or the first error `visit` returns.
-    pub fn for_each<E: From<super::StorageError>>(
+    pub fn for_each<E: From<StorageError>>(
         &self,
         space: Space,
         prefix: &[u8],
-        mut visit: impl FnMut(&[u8], &[u8]) -> Result<(), E>,
+        visit: impl FnMut(&[u8], &[u8]) -> Result<(), E>,
     ) -> Result<(), E> {
         let end = super::prefix_end(prefix);
         let upper = if prefix.is_empty() || end == [0] {
@@ -62,32 +62,31 @@ impl View {
         } else {
             Bound::Excluded(end.as_slice())
         };
-        let ks = self.storage.space(space);
-        for guard in self
-            .snapshot
-            .range::<&[u8], _>(ks, (Bound::Included(prefix), upper))
-        {
-            let (k, v) = guard.into_inner().map_err(super::StorageError::from)?;
-            visit(&k, &v)?;
-        }
-        Ok(())
+        self.visit(space, (Bound::Included(prefix), upper), visit)
     }
-}
 
-impl View {
     /// Calls `visit` with every `(key, value)` of `space` with `key < end`, in key order.
     ///
     /// # Errors
     /// On a read failure, or the first error `visit` returns.
-    pub fn for_each_below<E: From<super::StorageError>>(
+    pub fn for_each_below<E: From<StorageError>>(
         &self,
         space: Space,
         end: &[u8],
+        visit: impl FnMut(&[u8], &[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.visit(space, (Bound::Unbounded, Bound::Excluded(end)), visit)
+    }
+
+    fn visit<E: From<StorageError>>(
+        &self,
+        space: Space,
+        range: (Bound<&[u8]>, Bound<&[u8]>),
         mut visit: impl FnMut(&[u8], &[u8]) -> Result<(), E>,
     ) -> Result<(), E> {
         let ks = self.storage.space(space);
-        for guard in self.snapshot.range::<&[u8], _>(ks, ..end) {
-            let (k, v) = guard.into_inner().map_err(super::StorageError::from)?;
+        for guard in self.snapshot.range::<&[u8], _>(ks, range) {
+            let (k, v) = guard.into_inner().map_err(StorageError::from)?;
             visit(&k, &v)?;
         }
         Ok(())
@@ -100,7 +99,7 @@ mod tests {
 
     #[test]
     fn a_view_does_not_see_later_writes() -> StorageResult<()> {
-        let dir = tempfile::tempdir().map_err(|e| super::super::StorageError(e.to_string()))?;
+        let dir = tempfile::tempdir().map_err(|e| StorageError(e.to_string()))?;
         let s = Storage::open(dir.path())?;
         let mut b = s.batch();
         b.insert(Space::Kv, b"a", b"1");
@@ -113,18 +112,24 @@ mod tests {
         b.insert(Space::Meta, b"m/y", b"4");
         b.commit()?;
         let mut seen = Vec::new();
-        view.for_each::<super::super::StorageError>(Space::Kv, b"", |k, v| {
+        view.for_each::<StorageError>(Space::Kv, b"", |k, v| {
             seen.push((k.to_vec(), v.to_vec()));
             Ok(())
         })?;
         assert_eq!(seen, vec![(b"a".to_vec(), b"1".to_vec())]);
         let mut meta = Vec::new();
-        view.for_each::<super::super::StorageError>(Space::Meta, b"m/", |k, _| {
+        view.for_each::<StorageError>(Space::Meta, b"m/", |k, _| {
             meta.push(k.to_vec());
             Ok(())
         })?;
         assert_eq!(meta, vec![b"m/x".to_vec()]);
         assert_eq!(view.get(Space::Kv, b"b")?, None);
+        let mut below = Vec::new();
+        view.for_each_below::<StorageError>(Space::Meta, b"m/y", |k, _| {
+            below.push(k.to_vec());
+            Ok(())
+        })?;
+        assert!(below.contains(&b"m/x".to_vec()) && !below.iter().any(|k| k >= &b"m/y".to_vec()));
         Ok(())
     }
 }

@@ -24,6 +24,56 @@ pub async fn put(c: &Cluster, member: usize, key: &str, value: &str) -> TestResu
     Ok(resp.header.map_or(0, |h| h.revision))
 }
 
+/// Puts, retrying through any running member until acknowledged or the deadline passes;
+/// returns the revision.
+pub async fn put_retrying(c: &Cluster, key: &str, value: &str) -> TestResult<i64> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        for m in c.alive() {
+            if let Ok(rev) = put(c, m, key, value).await {
+                return Ok(rev);
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!("put {key} never acknowledged").into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The `k…` keys (`[k, l)`) as member `member` serves them; `serializable` reads its own
+/// state alone.
+pub async fn range_k(
+    c: &Cluster,
+    member: usize,
+    serializable: bool,
+) -> TestResult<concord::pb::etcdserverpb::RangeResponse> {
+    let mut kv = c.kv(member).await?;
+    Ok(kv
+        .range(concord::pb::etcdserverpb::RangeRequest {
+            key: b"k".to_vec(),
+            range_end: b"l".to_vec(),
+            serializable,
+            ..Default::default()
+        })
+        .await?
+        .into_inner())
+}
+
+/// Key-values as a map of strings.
+pub fn as_strings(
+    kvs: &[concord::pb::mvccpb::KeyValue],
+) -> std::collections::BTreeMap<String, String> {
+    kvs.iter()
+        .map(|kv| {
+            (
+                String::from_utf8_lossy(&kv.key).into_owned(),
+                String::from_utf8_lossy(&kv.value).into_owned(),
+            )
+        })
+        .collect()
+}
+
 /// Grants a lease of `ttl` seconds through `member`; returns its id.
 pub async fn grant(c: &Cluster, member: usize, ttl: i64) -> TestResult<i64> {
     let url = c.client_url(member)?;

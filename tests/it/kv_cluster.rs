@@ -7,44 +7,10 @@ use std::time::{Duration, Instant};
 
 use concord::pb::etcdserverpb::RangeRequest;
 
-use crate::cluster::{put, Cluster, TestResult};
-
-/// Puts, retrying through any running member until acknowledged or the deadline passes.
-async fn put_retrying(c: &Cluster, key: &str, value: &str) -> TestResult<i64> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        for m in c.alive() {
-            if let Ok(rev) = put(c, m, key, value).await {
-                return Ok(rev);
-            }
-        }
-        if Instant::now() > deadline {
-            return Err(format!("put {key} never acknowledged").into());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+use crate::cluster::{as_strings, put, put_retrying, range_k, Cluster, TestResult};
 
 async fn read_all(c: &Cluster, member: usize) -> TestResult<BTreeMap<String, String>> {
-    let mut kv = c.kv(member).await?;
-    let resp = kv
-        .range(RangeRequest {
-            key: b"k".to_vec(),
-            range_end: b"l".to_vec(),
-            ..Default::default()
-        })
-        .await?
-        .into_inner();
-    Ok(resp
-        .kvs
-        .into_iter()
-        .map(|kv| {
-            (
-                String::from_utf8_lossy(&kv.key).into_owned(),
-                String::from_utf8_lossy(&kv.value).into_owned(),
-            )
-        })
-        .collect())
+    Ok(as_strings(&range_k(c, member, false).await?.kvs))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,27 +164,8 @@ async fn a_lagging_member_catches_up_from_a_snapshot_after_log_compaction() -> T
     c.spawn(lagging)?;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let mut kv = c.kv(lagging).await?;
-        let seen = kv
-            .range(RangeRequest {
-                key: b"k".to_vec(),
-                range_end: b"l".to_vec(),
-                serializable: true,
-                ..Default::default()
-            })
-            .await
-            .map(|r| r.into_inner());
-        if let Ok(r) = seen {
-            let got: BTreeMap<String, String> = r
-                .kvs
-                .iter()
-                .map(|kv| {
-                    (
-                        String::from_utf8_lossy(&kv.key).into_owned(),
-                        String::from_utf8_lossy(&kv.value).into_owned(),
-                    )
-                })
-                .collect();
+        if let Ok(r) = range_k(&c, lagging, true).await {
+            let got = as_strings(&r.kvs);
             if got == acked && r.header.map_or(0, |h| h.revision) == rev {
                 // The compaction came along: reading below it is refused here too.
                 let old = kv

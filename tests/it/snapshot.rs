@@ -6,49 +6,13 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use concord::pb::etcdserverpb::maintenance_client::MaintenanceClient;
-use concord::pb::etcdserverpb::{HashKvRequest, PutRequest, RangeRequest, SnapshotRequest};
+use concord::pb::etcdserverpb::{HashKvRequest, PutRequest, SnapshotRequest};
 
-use crate::cluster::{put, Cluster, TestResult};
-
-async fn put_anywhere(c: &Cluster, key: &str, value: &str) -> TestResult {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        for m in c.alive() {
-            if put(c, m, key, value).await.is_ok() {
-                return Ok(());
-            }
-        }
-        if Instant::now() > deadline {
-            return Err(format!("put {key} never acknowledged").into());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+use crate::cluster::{as_strings, put_retrying, range_k, Cluster, TestResult};
 
 /// Every `k…` key member `m` serves on its own (serializable), if it answers.
 async fn local_keys(c: &Cluster, m: usize) -> Option<BTreeMap<String, String>> {
-    let mut kv = c.kv(m).await.ok()?;
-    let r = kv
-        .range(RangeRequest {
-            key: b"k".to_vec(),
-            range_end: b"l".to_vec(),
-            serializable: true,
-            ..Default::default()
-        })
-        .await
-        .ok()?
-        .into_inner();
-    Some(
-        r.kvs
-            .iter()
-            .map(|kv| {
-                (
-                    String::from_utf8_lossy(&kv.key).into_owned(),
-                    String::from_utf8_lossy(&kv.value).into_owned(),
-                )
-            })
-            .collect(),
-    )
+    range_k(c, m, true).await.ok().map(|r| as_strings(&r.kvs))
 }
 
 /// The files of snapshots being received in `dir` (`snapshot.recv-<n>`, `snapshot.recv`).
@@ -87,7 +51,7 @@ async fn a_member_far_behind_catches_up_through_a_chunked_snapshot_despite_kills
     let mut acked = BTreeMap::new();
     for i in 0..1500 {
         let (k, v) = (format!("k{i:04}"), format!("{i}-{}", "v".repeat(1000)));
-        put_anywhere(&c, &k, &v).await?;
+        put_retrying(&c, &k, &v).await?;
         acked.insert(k, v);
     }
     let data = c.data_dir(lagging)?;
@@ -125,7 +89,7 @@ async fn a_member_far_behind_catches_up_through_a_chunked_snapshot_despite_kills
     );
 
     // Writes go on, and the killed sender comes back with everything too.
-    put_anywhere(&c, "k9999", "after").await?;
+    put_retrying(&c, "k9999", "after").await?;
     acked.insert("k9999".into(), "after".into());
     c.spawn(sender)?;
     for m in 0..3 {
