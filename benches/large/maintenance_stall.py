@@ -14,24 +14,14 @@ the compaction and the defragmentation took.
 
 import argparse
 import json
-import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
 import time
 
+from members import load, member, save, status, stop, wait_healthy
 
-def start(server, d, port):
-    client, peer = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"
-    log = open(f"{d}/server.log", "w")
-    p = subprocess.Popen([server, "--name", "m0", "--data-dir", f"{d}/m0",
-                          "--listen-client-urls", client, "--advertise-client-urls", client,
-                          "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                          "--initial-cluster", f"m0={peer}", "--quota-backend-bytes", str(8 << 30)],
-                         stdout=log, stderr=log)
-    return p, client
 
 
 def ctl(etcdctl, endpoint, *args, check=True):
@@ -49,17 +39,12 @@ def paced_puts(bench, endpoint, seconds, rate, value_size, keys):
 
 def run(label, server, etcdctl, bench, keys, value_size, versions, rate, work):
     d = tempfile.mkdtemp(prefix=f"stall-{label.split()[0]}-", dir=work)
-    proc, ep = start(server, d, 25790)
+    proc, ep = member(server, "m0", 25790, f"{d}/m0", log=f"{d}/server.log")
     try:
-        for _ in range(100):
-            if ctl(etcdctl, ep, "endpoint", "health", check=False).returncode == 0:
-                break
-            time.sleep(0.2)
+        wait_healthy(etcdctl, ep)
         for _ in range(versions):
-            subprocess.run([bench, "load", "--endpoints", ep, "--clients", "16", "--conns", "4",
-                            "--key-space", str(keys), "--value-size", str(value_size)],
-                           check=True, capture_output=True)
-        rev = json.loads(ctl(etcdctl, ep, "endpoint", "status", "-w", "json").stdout)[0]["Status"]["header"]["revision"]
+            load(bench, ep, keys, value_size)
+        rev = status(etcdctl, ep)["header"]["revision"]
         row = {"server": label, "keys": keys, "value_bytes": value_size, "revisions": rev}
         quiet = paced_puts(bench, ep, 10, rate, value_size, keys)
         row["quiet"] = {k: quiet[k] for k in ("p99_ms", "p999_ms", "max_ms", "errors")}
@@ -81,11 +66,7 @@ def run(label, server, etcdctl, bench, keys, value_size, versions, rate, work):
             row[name]["took_s"] = took.get("s")
         return row
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop([proc])
         shutil.rmtree(d, ignore_errors=True)
 
 
@@ -115,13 +96,7 @@ def main():
                       f"{p['p999_ms']:.1f} | {p['max_ms']:.1f} | {p['errors']} |\n")
     print(table)
     if a.out:
-        os.makedirs(a.out, exist_ok=True)
-        stamp = time.strftime("%Y-%m-%d")
-        with open(f"{a.out}/maintenance-stall-{stamp}.json", "w") as f:
-            json.dump(rows, f, indent=1)
-        with open(f"{a.out}/maintenance-stall-{stamp}.md", "w") as f:
-            f.write(table)
-
+        save(a.out, "maintenance-stall", rows, table)
 
 if __name__ == "__main__":
     main()

@@ -16,11 +16,12 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
 import time
+
+from members import load, member, save, status, stop, wait_healthy
 
 
 def rss_mib(pid):
@@ -56,49 +57,18 @@ class Peak:
         return self.peaks
 
 
-def member_args(server, name, port, data, cluster, state):
-    client, peer = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"
-    args = [server, "--name", name, "--data-dir", data,
-            "--listen-client-urls", client, "--advertise-client-urls", client,
-            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", cluster, "--initial-cluster-state", state,
-            "--snapshot-count", "2000", "--quota-backend-bytes", str(8 << 30)]
-    return args
-
-
-def wait_ready(etcdctl, endpoint, within=60):
-    deadline = time.time() + within
-    while time.time() < deadline:
-        if subprocess.run([etcdctl, "--endpoints", endpoint, "endpoint", "health"],
-                          capture_output=True).returncode == 0:
-            return
-        time.sleep(0.2)
-    raise SystemExit(f"{endpoint} never became healthy")
-
-
-def status(etcdctl, endpoint):
-    out = subprocess.run([etcdctl, "--endpoints", endpoint, "endpoint", "status", "-w", "json"],
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        return None
-    return json.loads(out.stdout)[0]["Status"]
-
 
 def run(label, server, etcdctl, bench, keys, value_size, work):
     d = tempfile.mkdtemp(prefix=f"large-{label}-", dir=work)
     port = 23790
     cluster = f"m0=http://127.0.0.1:{port + 1}"
-    logs = [open(f"{d}/m0.log", "w"), open(f"{d}/m1.log", "w")]
-    m0 = subprocess.Popen(member_args(server, "m0", port, f"{d}/m0", cluster, "new"),
-                          stdout=logs[0], stderr=logs[0])
+    snapshots = ["--snapshot-count", "2000"]
+    m0, ep0 = member(server, "m0", port, f"{d}/m0", extra=snapshots, log=f"{d}/m0.log")
     procs = [m0]
     try:
-        ep0 = f"http://127.0.0.1:{port}"
-        wait_ready(etcdctl, ep0)
+        wait_healthy(etcdctl, ep0)
         started = time.time()
-        subprocess.run([bench, "load", "--endpoints", ep0, "--clients", "16", "--conns", "4",
-                        "--key-space", str(keys), "--value-size", str(value_size)],
-                       check=True, capture_output=True)
+        load(bench, ep0, keys, value_size)
         load_s = time.time() - started
         time.sleep(2)
         steady = rss_mib(m0.pid)
@@ -116,14 +86,12 @@ def run(label, server, etcdctl, bench, keys, value_size, work):
                        check=True, capture_output=True)
         steady0 = rss_mib(m0.pid)
         started = time.time()
-        m1 = subprocess.Popen(member_args(server, "m1", port + 10, f"{d}/m1",
-                                          f"{cluster},m1={peer1}", "existing"),
-                              stdout=logs[1], stderr=logs[1])
+        m1, ep1 = member(server, "m1", port + 10, f"{d}/m1", f"{cluster},m1={peer1}", "existing",
+                         extra=snapshots, log=f"{d}/m1.log")
         procs.append(m1)
         time.sleep(0.05)
         peak = Peak([m0.pid, m1.pid])
         target = status(etcdctl, ep0)["header"]["revision"]
-        ep1 = f"http://127.0.0.1:{port + 10}"
         deadline = time.time() + 600
         while True:
             s = status(etcdctl, ep1)
@@ -144,13 +112,7 @@ def run(label, server, etcdctl, bench, keys, value_size, work):
             "newcomer_peak_rss_mib": round(peaks[m1.pid]),
         }
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
         shutil.rmtree(d, ignore_errors=True)
 
 
@@ -179,12 +141,7 @@ def main():
         table += f"| {r['server']} | " + " | ".join(str(r[c]) for c in cols) + " |\n"
     print(table)
     if a.out:
-        os.makedirs(a.out, exist_ok=True)
-        stamp = time.strftime("%Y-%m-%d")
-        with open(f"{a.out}/snapshot-memory-{stamp}.json", "w") as f:
-            json.dump(rows, f, indent=1)
-        with open(f"{a.out}/snapshot-memory-{stamp}.md", "w") as f:
-            f.write(table)
+        save(a.out, "snapshot-memory", rows, table)
 
 
 if __name__ == "__main__":

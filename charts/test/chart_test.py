@@ -14,14 +14,15 @@ kubernetes-validate; `scripts/install-k8s-tools.sh` installs the last two).
 """
 
 import argparse
-import base64
 import glob
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 import yaml
 
@@ -132,8 +133,8 @@ def check_dockerfile(concord):
     ports = " ".join(str(values["ports"][k]) for k in ("client", "peer", "metrics"))
     if f"EXPOSE {ports}" not in lines:
         problems.append(f"the image does not expose the chart's ports {ports}")
-    entry = next(json_list(line[len("ENTRYPOINT"):]) for line in lines if line.startswith("ENTRYPOINT"))
-    cmd = next(json_list(line[len("CMD"):]) for line in lines if line.startswith("CMD"))
+    entry = next(json.loads(line[len("ENTRYPOINT"):]) for line in lines if line.startswith("ENTRYPOINT"))
+    cmd = next(json.loads(line[len("CMD"):]) for line in lines if line.startswith("CMD"))
     if entry != ["concord"]:
         problems.append(f"the entrypoint is {entry}, not concord")
     if problems:
@@ -146,7 +147,6 @@ def check_dockerfile(concord):
         try:
             for _ in range(100):
                 try:
-                    import urllib.request
                     with urllib.request.urlopen("http://127.0.0.1:32381/readyz", timeout=1) as r:
                         if r.status == 200:
                             break
@@ -159,11 +159,6 @@ def check_dockerfile(concord):
             p.wait()
     print(f"chart: Dockerfile: rustc {rustc}, release build, etcdctl, user {uid}, ports {ports}; "
           "its default command starts a ready member")
-
-
-def json_list(text):
-    import json
-    return json.loads(text)
 
 
 def make_certs(work, domain, service):
@@ -239,17 +234,30 @@ class Release:
             print(f"chart: {what}: exit {code}, attempt {attempt + 1}\n{indent(p.log())}")
         self.fail(f"{what} failed")
 
-    def hooks(self, phase):
-        for (kind, name), o in sorted(self.objects.items()):
+    def hooked(self, kind, phase):
+        """The rendered objects of `kind` that Helm runs at hook `phase`, in name order."""
+        for (k, name), o in sorted(self.objects.items()):
             hook = (o["metadata"].get("annotations") or {}).get("helm.sh/hook", "")
-            if kind == "Job" and phase in hook.split(","):
-                self.run_pod(o["spec"]["template"]["spec"], f"{phase} hook {name}")
+            if k == kind and phase in hook.split(","):
+                yield name, o
+
+    def hooks(self, phase):
+        for name, o in self.hooked("Job", phase):
+            self.run_pod(o["spec"]["template"]["spec"], f"{phase} hook {name}")
 
     def helm_test(self):
-        for (kind, name), o in self.objects.items():
-            hook = (o["metadata"].get("annotations") or {}).get("helm.sh/hook", "")
-            if kind == "Pod" and hook == "test":
-                self.run_pod(o["spec"], f"helm test {name}")
+        for name, o in self.hooked("Pod", "test"):
+            self.run_pod(o["spec"], f"helm test {name}")
+
+    def client_pod(self, script, without_env=()):
+        """The `helm test` pod (the jobs' environment, scripts and certificates) running
+        `script` instead, less the variables named in `without_env`."""
+        spec = self.objects[("Pod", f"{self.sts['metadata']['name']}-test")]["spec"]
+        spec = yaml.safe_load(yaml.safe_dump(spec))
+        c = spec["containers"][0]
+        c["env"] = [e for e in c["env"] if e["name"] not in without_env]
+        c["command"] = ["/bin/sh", "-c", ". /opt/concord/chart/lib.sh && " + script]
+        return spec
 
     def cron_job(self, component):
         o = self.objects[("CronJob", f"{self.sts['metadata']['name']}-{component}")]
@@ -297,14 +305,10 @@ class Release:
         self.wait_ready(range(self.replicas()))
         print(f"chart: {self.name}: {pod.name} rejoined after losing its volume")
 
-    def ctl(self, *args, input=None):
+    def ctl(self, *args):
         """etcdctl from a client pod's view: the jobs' environment and certificates."""
-        spec = self.objects[("Pod", f"{self.sts['metadata']['name']}-test")]["spec"]
-        spec = yaml.safe_load(yaml.safe_dump(spec))
-        script = ". /opt/concord/chart/lib.sh && ctl --endpoints \"$(endpoints \"$CHART_REPLICAS\")\" " + \
-            " ".join(f"'{a}'" for a in args)
-        spec["containers"][0]["command"] = ["/bin/sh", "-c", script]
-        p = self.run_pod(spec, f"etcdctl {args[0]}", timeout=60)
+        script = "ctl --endpoints \"$(endpoints \"$CHART_REPLICAS\")\" " + " ".join(f"'{a}'" for a in args)
+        p = self.run_pod(self.client_pod(script), f"etcdctl {args[0]}", timeout=60)
         return p.log(100000).split("\n", 1)[1]
 
     def fail(self, why):
@@ -340,27 +344,16 @@ def put_keys(rel, keys, start, count):
         keys[f"/chart/{i:04}"] = f"v{i}"
     for i in range(start, start + count, 25):
         batch = " ".join(f"/chart/{j:04}=v{j}" for j in range(i, min(i + 25, start + count)))
-        rel.run_pod(put_spec(rel, batch), f"put {i}", timeout=60)
-
-
-def put_spec(rel, batch):
-    spec = yaml.safe_load(yaml.safe_dump(
-        rel.objects[("Pod", f"{rel.sts['metadata']['name']}-test")]["spec"]))
-    script = (". /opt/concord/chart/lib.sh && eps=$(endpoints \"$CHART_REPLICAS\") && "
-              f"for kv in {batch}; do ctl --endpoints \"$eps\" put \"${{kv%%=*}}\" \"${{kv#*=}}\" >/dev/null; done")
-    spec["containers"][0]["command"] = ["/bin/sh", "-c", script]
-    return spec
+        script = ("eps=$(endpoints \"$CHART_REPLICAS\") && "
+                  f"for kv in {batch}; do ctl --endpoints \"$eps\" put \"${{kv%%=*}}\" \"${{kv#*=}}\" >/dev/null; done")
+        rel.run_pod(rel.client_pod(script), f"put {i}", timeout=60)
 
 
 def check_auth_enforced(rel):
     """With auth on, a client without root's password is refused, and root's works."""
-    spec = yaml.safe_load(yaml.safe_dump(
-        rel.objects[("Pod", f"{rel.sts['metadata']['name']}-test")]["spec"]))
-    c = spec["containers"][0]
-    c["env"] = [e for e in c["env"] if e["name"] != "CHART_ROOT_PASSWORD"]
-    c["command"] = ["/bin/sh", "-c", ". /opt/concord/chart/lib.sh && "
-                    "out=$(etcdctl --endpoints \"$(endpoints \"$CHART_REPLICAS\")\" put /chart/anonymous x 2>&1); "
-                    "echo \"$out\"; case \"$out\" in *'Error: etcdserver: user name is empty'*) exit 0;; esac; exit 1"]
+    script = ("out=$(etcdctl --endpoints \"$(endpoints \"$CHART_REPLICAS\")\" put /chart/anonymous x 2>&1); "
+              "echo \"$out\"; case \"$out\" in *'Error: etcdserver: user name is empty'*) exit 0;; esac; exit 1")
+    spec = rel.client_pod(script, without_env=["CHART_ROOT_PASSWORD"])
     rel.run_pod(spec, "anonymous put refused", timeout=60)
     if "Authentication Status: true" not in rel.ctl("auth", "status"):
         rel.fail("auth is not on after the post-install hook")
@@ -411,7 +404,6 @@ def scenario(tools, work, bin_dir, label, sets, secrets):
             backups = sorted(glob.glob(f"{rel.work}/pvc/r-concord-backups/*"))
             if len(backups) != 2 or not all(b.endswith(".db") for b in backups):
                 rel.fail(f"3 backups with keep=2 left {backups}")
-            shutil.copy(backups[-1], f"{rel.work}/restore-source.db")
             rel.close()
             net.close()
             net = pods.Network("kd")
@@ -421,7 +413,7 @@ def scenario(tools, work, bin_dir, label, sets, secrets):
             os.makedirs(f"{restored.work}/pvc/from-backup")
             # The backup keeps its owner (the jobs' user) as a volume moved to the new release would.
             st = os.stat(backups[-1])
-            shutil.copy2(f"{rel.work}/restore-source.db", f"{restored.work}/pvc/from-backup/snapshot.db")
+            shutil.copy2(backups[-1], f"{restored.work}/pvc/from-backup/snapshot.db")
             os.chown(f"{restored.work}/pvc/from-backup/snapshot.db", st.st_uid, st.st_gid)
             restored.install()
             restored.helm_test()

@@ -9,6 +9,7 @@ when the pod asks for one), as the pod's user, restarted when it exits (restartP
 The image's /usr/local/bin is the release's `concord` and etcdctl.
 """
 
+import base64
 import json
 import os
 import re
@@ -150,8 +151,6 @@ class Kubelet:
         obj = self.objects.get(("Secret", name))
         if obj is None:
             raise KeyError(f"Secret {name} is neither rendered nor given by the test")
-        import base64
-
         return {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
 
     def volume_dir(self, pod, vol, claims):

@@ -122,6 +122,14 @@ TLS and credentials (ETCDCTL_* variables).
 {{- end }}
 {{- end -}}
 
+{{/* The chart's scripts (files/*.sh) as ConfigMap data. */}}
+{{- define "concord.scriptFiles" -}}
+{{- range $path, $_ := .Files.Glob "files/*.sh" }}
+{{ base $path }}: |
+  {{- $.Files.Get $path | nindent 2 }}
+{{- end }}
+{{- end -}}
+
 {{/* Volumes the jobs need to reach the members: the scripts and the client certificate. */}}
 {{- define "concord.clientVolumes" -}}
 {{ include "concord.clientVolumesFrom" (list . (printf "%s-scripts" (include "concord.fullname" .))) }}

@@ -1,0 +1,73 @@
+"""What the large-state benchmarks share: starting a member (etcd or Concord, etcd's flags),
+waiting for it, stopping members, loading keys, and writing the results."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+# Enough room for the states these benchmarks load, on both servers.
+QUOTA = str(8 << 30)
+
+
+def member(server, name, port, data, cluster=None, state="new", extra=(), log=None):
+    """Starts member `name` of `server` with clients on `port` and peers on `port + 1`; a new
+    one-member cluster unless `cluster` (`--initial-cluster`) and `state` say otherwise.
+    Returns the process and its client URL."""
+    client, peer = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"
+    out = open(log, "w") if log else subprocess.DEVNULL
+    p = subprocess.Popen([server, "--name", name, "--data-dir", data,
+                          "--listen-client-urls", client, "--advertise-client-urls", client,
+                          "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                          "--initial-cluster", cluster or f"{name}={peer}",
+                          "--initial-cluster-state", state, "--quota-backend-bytes", QUOTA, *extra],
+                         stdout=out, stderr=out)
+    return p, client
+
+
+def wait_healthy(etcdctl, endpoint, within=60):
+    deadline = time.time() + within
+    while time.time() < deadline:
+        if subprocess.run([etcdctl, "--endpoints", endpoint, "endpoint", "health"],
+                          capture_output=True).returncode == 0:
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"{endpoint} never became healthy")
+
+
+def status(etcdctl, endpoint):
+    """`endpoint status` as etcdctl's JSON has it, or None if the member does not answer."""
+    out = subprocess.run([etcdctl, "--endpoints", endpoint, "endpoint", "status", "-w", "json"],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        return None
+    return json.loads(out.stdout)[0]["Status"]
+
+
+def load(bench, endpoint, keys, value_size):
+    """Writes every one of `keys` keys once (concord-bench `load`, 16 clients)."""
+    subprocess.run([bench, "load", "--endpoints", endpoint, "--clients", "16", "--conns", "4",
+                    "--key-space", str(keys), "--value-size", str(value_size)],
+                   check=True, capture_output=True)
+
+
+def stop(procs):
+    """SIGTERM, then SIGKILL after 30 s."""
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def save(out, name, rows, table):
+    """`<out>/<name>-<date>.json` and `.md`."""
+    os.makedirs(out, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%d")
+    with open(f"{out}/{name}-{stamp}.json", "w") as f:
+        json.dump(rows, f, indent=1)
+    with open(f"{out}/{name}-{stamp}.md", "w") as f:
+        f.write(table)
