@@ -50,29 +50,36 @@ pub struct Elector {
     timer: AtomicU64,
     /// Set while this member leads but has not heard from a majority within an election timeout.
     quorum_lost: AtomicBool,
-    /// Whether the first election timeout is fast-forwarded (see [`Elector::new`]).
-    advanced: bool,
+    /// Whether the first election timeout is fast-forwarded (see [`Elector::mark_restarted`]).
+    advanced: AtomicBool,
     election: Duration,
     heartbeat: Duration,
 }
 
 impl Elector {
-    /// A clock that starts now. A member restarted on its own data with `advance` (etcd's
-    /// `initial-election-tick-advance`) treats itself as having heard no leader: it grants
-    /// PreVotes at once and its first timeout is fast-forwarded, so after a full restart a leader
-    /// is elected within about a heartbeat. Otherwise the member waits a whole timeout, as a
-    /// fresh cluster needs (openraft's bootstrap campaigns at once) and a joining member should
-    /// (its leader is about to call).
-    pub fn new(election: Duration, heartbeat: Duration, advance: bool) -> Self {
+    /// A clock that starts now, for a member that waits a whole timeout before its first
+    /// campaign, as a fresh cluster needs (openraft's bootstrap campaigns at once) and a joining
+    /// member should (its leader is about to call). See [`Elector::mark_restarted`] for a
+    /// member restarted on its own data.
+    pub fn new(election: Duration, heartbeat: Duration) -> Self {
         Elector {
             origin: Instant::now(),
-            leader_heard: AtomicU64::new(if advance { NEVER } else { 0 }),
+            leader_heard: AtomicU64::new(0),
             timer: AtomicU64::new(0),
             quorum_lost: AtomicBool::new(false),
-            advanced: advance,
+            advanced: AtomicBool::new(false),
             election,
             heartbeat,
         }
+    }
+
+    /// Makes this the clock of a member restarted on its own data with etcd's
+    /// `initial-election-tick-advance`: it treats itself as having heard no leader, so it grants
+    /// PreVotes at once and its first timeout is fast-forwarded; after a full restart a leader is
+    /// elected within about a heartbeat. Called once, before the election timer starts.
+    pub fn mark_restarted(&self) {
+        self.leader_heard.store(NEVER, Ordering::Relaxed);
+        self.advanced.store(true, Ordering::Relaxed);
     }
 
     fn now(&self) -> u64 {
@@ -86,7 +93,8 @@ impl Elector {
         }
     }
 
-    /// A leader this member follows was heard (it accepted an append or a snapshot).
+    /// A leader this member follows was heard: it accepted the leader's append or snapshot, or
+    /// the leader itself refused this member's append as its successor (see `network.rs`).
     pub fn heard_leader(&self) {
         let now = self.now();
         let _ = self
@@ -112,7 +120,7 @@ impl Elector {
     /// about a heartbeat rather than a whole election timeout (etcd's tick advance waits for
     /// its peers to connect for the same reason).
     fn restarting(&self) -> bool {
-        self.advanced && self.leader_heard.load(Ordering::Relaxed) == NEVER
+        self.advanced.load(Ordering::Relaxed) && self.leader_heard.load(Ordering::Relaxed) == NEVER
     }
 
     /// A retry delay in `[H, 2H)` for a restarting member's lost PreVote (the jitter keeps two
@@ -196,7 +204,7 @@ impl RaftNode {
             // heartbeat and half an election timeout. A member restarted into a healthy cluster
             // hears its leader first, and PreVote keeps it from disturbing that leader if not.
             let mut timeout = match node.upgrade() {
-                Some(n) if n.elector.advanced => {
+                Some(n) if n.elector.advanced.load(Ordering::Relaxed) => {
                     n.elector.random_timeout(&mut seed) - n.options.election + n.options.heartbeat
                 }
                 Some(n) => n.elector.random_timeout(&mut seed),
@@ -400,13 +408,19 @@ impl RaftNode {
 mod tests {
     use super::*;
 
+    fn restarted(e: Duration, h: Duration) -> Elector {
+        let clock = Elector::new(e, h);
+        clock.mark_restarted();
+        clock
+    }
+
     #[test]
     fn only_a_restarted_member_starts_as_if_its_leader_were_lost() {
         let (e, h) = (Duration::from_millis(1000), Duration::from_millis(100));
-        let restarted = Elector::new(e, h, true);
+        let restarted = restarted(e, h);
         assert!(restarted.leader_lost(), "grants PreVotes at once");
         assert!(!restarted.leader_alive());
-        let fresh = Elector::new(e, h, false);
+        let fresh = Elector::new(e, h);
         assert!(!fresh.leader_lost(), "waits a whole timeout first");
         restarted.heard_leader();
         assert!(!restarted.leader_lost() && restarted.leader_alive());
@@ -415,7 +429,7 @@ mod tests {
     #[test]
     fn a_restarted_member_retries_within_two_heartbeats_until_it_hears_a_leader() {
         let (e, h) = (Duration::from_millis(1000), Duration::from_millis(100));
-        let restarted = Elector::new(e, h, true);
+        let restarted = restarted(e, h);
         assert!(restarted.restarting());
         let mut seed = 7;
         for _ in 0..1000 {
@@ -433,16 +447,12 @@ mod tests {
         assert!(restarted
             .next_timeout(Attempt::Lost, &mut seed)
             .is_some_and(|t| t >= e));
-        assert!(!Elector::new(e, h, false).restarting());
+        assert!(!Elector::new(e, h).restarting());
     }
 
     #[test]
     fn timeouts_stay_within_one_and_a_half_election_timeouts() {
-        let e = Elector::new(
-            Duration::from_millis(1000),
-            Duration::from_millis(100),
-            false,
-        );
+        let e = Elector::new(Duration::from_millis(1000), Duration::from_millis(100));
         let mut seed = 42;
         for _ in 0..1000 {
             let t = e.random_timeout(&mut seed);

@@ -123,8 +123,9 @@ pub struct RaftNode {
     snapshots: Arc<snapshots::SnapshotFiles>,
     /// The backend size for the space quota.
     quota: Arc<quota::QuotaMeter>,
-    /// The election timer and CheckQuorum state.
-    elector: election::Elector,
+    /// The election timer and CheckQuorum state (shared with the transport, which hears a
+    /// leader's answers too).
+    elector: Arc<election::Elector>,
     /// The log, read by PreVote for its last entry.
     log: LogStore,
 }
@@ -145,7 +146,12 @@ impl RaftNode {
         let hub = WatchHub::new(mvcc.current_revision());
         crate::watch::sync::spawn(hub.clone(), mvcc.clone(), options.progress_interval);
         let removed = Arc::new(tokio::sync::watch::Sender::new(false));
-        let links = Arc::new(network::Links::new(cluster_id, removed.clone()));
+        let elector = Arc::new(election::Elector::new(options.election, options.heartbeat));
+        let links = Arc::new(network::Links::new(
+            cluster_id,
+            removed.clone(),
+            elector.clone(),
+        ));
         let auth = Arc::new(
             crate::auth::AuthStore::open(&storage, options.auth.clone())
                 .map_err(|e| StorageError(e.to_string()))?,
@@ -208,16 +214,17 @@ impl RaftNode {
         let raft = Raft::new(id, config, network, log, sm)
             .await
             .map_err(|e| StorageError(e.to_string()))?;
-        // Restarted on its own state (not bootstrapping, not joining): see `Elector::new`.
+        // Restarted on its own state (not bootstrapping, not joining): see `Elector::mark_restarted`.
         let restarted = raft
             .is_initialized()
             .await
             .map_err(|e| StorageError(e.to_string()))?;
-        let advance = restarted && options.initial_election_tick_advance;
+        if restarted && options.initial_election_tick_advance {
+            elector.mark_restarted();
+        }
         let proposals = propose::Batcher::start(raft.clone(), options.max_request_bytes);
         let (reads, read_queue) = read::ReadBatcher::new();
         let lessor = crate::lease::Lessor::new(id, options.election);
-        let (options_election, options_heartbeat) = (options.election, options.heartbeat);
         let node = Arc::new(RaftNode {
             id,
             cluster_id,
@@ -236,7 +243,7 @@ impl RaftNode {
             membership_lock: tokio::sync::Mutex::new(()),
             links,
             snapshots,
-            elector: election::Elector::new(options_election, options_heartbeat, advance),
+            elector,
             log: log_handle,
         });
         node.start_reads(read_queue);

@@ -80,16 +80,23 @@ pub struct Links {
     pub quiet: AtomicBool,
     /// When each peer last answered a Raft message.
     contacts: std::sync::Mutex<std::collections::HashMap<u64, Instant>>,
+    /// The election clock, told when a leader answers this member directly.
+    elector: Arc<super::election::Elector>,
 }
 
 impl Links {
     /// Links of a member of `cluster_id`.
-    pub fn new(cluster_id: u64, removed: Arc<watch::Sender<bool>>) -> Self {
+    pub fn new(
+        cluster_id: u64,
+        removed: Arc<watch::Sender<bool>>,
+        elector: Arc<super::election::Elector>,
+    ) -> Self {
         Links {
             cluster_id,
             removed,
             quiet: AtomicBool::new(false),
             contacts: std::sync::Mutex::new(std::collections::HashMap::new()),
+            elector,
         }
     }
 
@@ -240,7 +247,18 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        self.call(Method::Append, &rpc, &option).await
+        let resp = self.call(Method::Append, &rpc, &option).await?;
+        // The peer refused as the leader of a newer term: a deposed leader (back from a pause
+        // or a partition) has just heard its successor, and follows it from now on. Counting
+        // that as hearing the leader lets it forward its clients' requests at once, instead of
+        // waiting up to a heartbeat or two for the new leader's next append to reach it (etcd's
+        // buffered heartbeats reach it at once).
+        if let AppendEntriesResponse::HigherVote(v) = &resp {
+            if v.is_committed() && v.leader_id().voted_for() == Some(self.target) {
+                self.links.elector.heard_leader();
+            }
+        }
+        Ok(resp)
     }
 
     async fn install_snapshot(

@@ -18,8 +18,9 @@ use crate::error::{Error, Result};
 use crate::pb::concordpb::raft_peer_client::RaftPeerClient;
 use crate::transport::EagerChannel;
 
-/// How often a waiting request looks for a leader again.
-const POLL: Duration = Duration::from_millis(20);
+/// How often a waiting request looks for a live leader again (it also looks whenever
+/// openraft's view of the leader changes).
+const POLL: Duration = Duration::from_millis(10);
 
 /// Where a request goes.
 pub(super) enum Leader {
@@ -35,6 +36,7 @@ impl RaftNode {
     /// # Errors
     /// [`Error::NoLeader`] at the deadline.
     pub(super) async fn live_leader(&self, deadline: Instant) -> Result<Leader> {
+        let mut metrics = self.raft.metrics();
         loop {
             match self.leader() {
                 Some(l) if l == self.id => return Ok(Leader::Local),
@@ -51,7 +53,16 @@ impl RaftNode {
             if Instant::now() + POLL > deadline {
                 return Err(Error::NoLeader);
             }
-            tokio::time::sleep(POLL).await;
+            // A new leader shows in openraft's metrics: look again at once. Whether it is alive
+            // (heard recently) changes without them, so look every `POLL` too.
+            tokio::select! {
+                changed = metrics.changed() => {
+                    if changed.is_err() {
+                        tokio::time::sleep(POLL).await;
+                    }
+                }
+                _ = tokio::time::sleep(POLL) => {}
+            }
         }
     }
 
