@@ -1,7 +1,7 @@
 //! etcd's JWT tokens (`--auth-token jwt,pub-key=...,priv-key=...,sign-method=...,ttl=...`):
 //! signed claims `{username, revision, exp}` that every member holding the public key verifies
 //! on its own, so a token signed by one member is accepted by all. The `jsonwebtoken` crate is
-//! used only here.
+//! used only here; ES512, which it cannot sign, is framed here and signed by `es512.rs`.
 //!
 //! As in etcd, a JWT is never revoked: it names the auth revision of its login, and once the
 //! auth store changes every permission check fails with `revision of auth store is old` (the
@@ -9,8 +9,12 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
+
+use super::es512::Es512;
 
 /// etcd's default JWT lifetime.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
@@ -25,21 +29,44 @@ struct Claims {
 
 /// A member's JWT signer and verifier.
 pub struct Jwt {
-    algorithm: Algorithm,
-    /// `None`: a verify-only member (public key only).
-    signing: Option<EncodingKey>,
-    verifying: DecodingKey,
+    keys: Keys,
     ttl: Duration,
+}
+
+/// The keys of one signing method.
+enum Keys {
+    /// Every method but ES512, through `jsonwebtoken`.
+    Jose {
+        algorithm: Algorithm,
+        /// `None`: a verify-only member (public key only).
+        signing: Option<EncodingKey>,
+        verifying: DecodingKey,
+    },
+    /// ES512 (P-521), framed here (boxed: P-521 keys are large).
+    Es512(Box<Es512>),
 }
 
 impl std::fmt::Debug for Jwt {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (method, signs) = match &self.keys {
+            Keys::Jose {
+                algorithm, signing, ..
+            } => (format!("{algorithm:?}"), signing.is_some()),
+            Keys::Es512(keys) => ("ES512".to_string(), keys.signs()),
+        };
         f.debug_struct("Jwt")
-            .field("algorithm", &self.algorithm)
-            .field("signs", &self.signing.is_some())
+            .field("method", &method)
+            .field("signs", &signs)
             .field("ttl", &self.ttl)
             .finish()
     }
+}
+
+/// The JOSE header of an ES512 token, as etcd's JWT library writes it.
+#[derive(Serialize, Deserialize)]
+struct Es512Header {
+    alg: String,
+    typ: String,
 }
 
 /// Why `--auth-token` was refused (etcd's start-up errors).
@@ -56,8 +83,9 @@ pub enum JwtError {
     Key(String),
 }
 
-fn algorithm(name: &str) -> Result<Algorithm, JwtError> {
-    Ok(match name {
+/// The `jsonwebtoken` algorithm of a signing method; `None` for ES512.
+fn algorithm(name: &str) -> Result<Option<Algorithm>, JwtError> {
+    Ok(Some(match name {
         "RS256" => Algorithm::RS256,
         "RS384" => Algorithm::RS384,
         "RS512" => Algorithm::RS512,
@@ -70,8 +98,13 @@ fn algorithm(name: &str) -> Result<Algorithm, JwtError> {
         "HS384" => Algorithm::HS384,
         "HS512" => Algorithm::HS512,
         "EdDSA" => Algorithm::EdDSA,
+        "ES512" => return Ok(None),
         other => return Err(JwtError::Method(other.to_string())),
-    })
+    }))
+}
+
+fn now() -> Option<Duration> {
+    SystemTime::now().duration_since(UNIX_EPOCH).ok()
 }
 
 fn read(path: &str) -> Result<Vec<u8>, JwtError> {
@@ -145,35 +178,90 @@ impl Jwt {
         };
         let private = map.get("priv-key").map(|p| read(p)).transpose()?;
         let public = map.get("pub-key").map(|p| read(p)).transpose()?;
-        let (signing, verifying) = keys(alg, private.as_deref(), public.as_deref())?;
-        Ok(Jwt {
-            algorithm: alg,
-            signing,
-            verifying,
-            ttl,
-        })
+        let keys = match alg {
+            Some(algorithm) => {
+                let (signing, verifying) = keys(algorithm, private.as_deref(), public.as_deref())?;
+                Keys::Jose {
+                    algorithm,
+                    signing,
+                    verifying,
+                }
+            }
+            None => {
+                let public = public.ok_or_else(|| JwtError::Key("missing key data".into()))?;
+                Keys::Es512(Box::new(
+                    Es512::from_pem(private.as_deref(), &public).map_err(JwtError::Key)?,
+                ))
+            }
+        };
+        Ok(Jwt { keys, ttl })
     }
 
     /// A signed token for `username` at auth `revision`; `None` on a verify-only member.
     pub fn sign(&self, username: &str, revision: u64) -> Option<String> {
-        let key = self.signing.as_ref()?;
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?;
         let claims = Claims {
             username: username.to_string(),
             revision,
-            exp: now.saturating_add(self.ttl).as_secs(),
+            exp: now()?.saturating_add(self.ttl).as_secs(),
         };
-        jsonwebtoken::encode(&Header::new(self.algorithm), &claims, key).ok()
+        match &self.keys {
+            Keys::Jose {
+                algorithm, signing, ..
+            } => jsonwebtoken::encode(&Header::new(*algorithm), &claims, signing.as_ref()?).ok(),
+            Keys::Es512(keys) => {
+                let header = Es512Header {
+                    alg: "ES512".into(),
+                    typ: "JWT".into(),
+                };
+                let mut token = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&header).ok()?);
+                token.push('.');
+                token.push_str(&URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims).ok()?));
+                let signature = keys.sign(token.as_bytes())?;
+                token.push('.');
+                token.push_str(&URL_SAFE_NO_PAD.encode(signature));
+                Some(token)
+            }
+        }
     }
 
     /// The user and auth revision a valid, unexpired token names.
     pub fn verify(&self, token: &str) -> Option<(String, u64)> {
-        let mut validation = Validation::new(self.algorithm);
-        validation.leeway = 0;
-        validation.set_required_spec_claims(&["exp"]);
-        let data = jsonwebtoken::decode::<Claims>(token, &self.verifying, &validation).ok()?;
-        Some((data.claims.username, data.claims.revision))
+        let claims = match &self.keys {
+            Keys::Jose {
+                algorithm,
+                verifying,
+                ..
+            } => {
+                let mut validation = Validation::new(*algorithm);
+                validation.leeway = 0;
+                validation.set_required_spec_claims(&["exp"]);
+                jsonwebtoken::decode::<Claims>(token, verifying, &validation)
+                    .ok()?
+                    .claims
+            }
+            Keys::Es512(keys) => verify_es512(keys, token)?,
+        };
+        Some((claims.username, claims.revision))
     }
+}
+
+/// The claims of an ES512 token whose header names ES512, whose signature is valid and which
+/// has not expired (no leeway, as the other methods are checked).
+fn verify_es512(keys: &Es512, token: &str) -> Option<Claims> {
+    let mut parts = token.split('.');
+    let (header, claims, signature) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    let head: Es512Header = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(header).ok()?).ok()?;
+    let signed = &token[..header.len() + 1 + claims.len()];
+    if head.alg != "ES512"
+        || !keys.verify(signed.as_bytes(), &URL_SAFE_NO_PAD.decode(signature).ok()?)
+    {
+        return None;
+    }
+    let claims: Claims = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(claims).ok()?).ok()?;
+    (claims.exp >= now()?.as_secs()).then_some(claims)
 }
 
 #[cfg(test)]
@@ -231,6 +319,69 @@ mod tests {
             Jwt::from_options("pub-key=/nonexistent,sign-method=RS256"),
             Err(JwtError::Key(_))
         ));
+        Ok(())
+    }
+
+    /// Writes the ES512 test key pair into `dir`.
+    fn es512_files(dir: &std::path::Path) -> std::io::Result<(String, String)> {
+        use crate::auth::es512::tests::{PRIVATE, PUBLIC};
+        let (private, public) = (dir.join("es512.key"), dir.join("es512.pub"));
+        std::fs::write(&private, PRIVATE)?;
+        std::fs::write(&public, PUBLIC)?;
+        Ok((private.display().to_string(), public.display().to_string()))
+    }
+
+    #[test]
+    fn es512_tokens_sign_and_verify_like_the_other_methods(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let (private, public) = es512_files(dir.path())?;
+        let signer = Jwt::from_options(&format!(
+            "pub-key={public},priv-key={private},sign-method=ES512"
+        ))?;
+        let verify_only = Jwt::from_options(&format!("pub-key={public},sign-method=ES512"))?;
+        let token = signer.sign("alice", 7).ok_or("no token")?;
+        assert_eq!(verify_only.verify(&token), Some(("alice".into(), 7)));
+        assert_eq!(verify_only.sign("alice", 7), None, "verify-only");
+        let (head, _) = token.split_once('.').ok_or("no header")?;
+        assert_eq!(
+            URL_SAFE_NO_PAD.decode(head)?,
+            br#"{"alg":"ES512","typ":"JWT"}"#,
+            "etcd's header"
+        );
+        let mut forged = token.clone();
+        forged.insert(head.len() + 3, 'x');
+        assert_eq!(verify_only.verify(&forged), None);
+        assert_eq!(verify_only.verify(&format!("{token}.x")), None);
+        assert_eq!(verify_only.verify("not.a.jwt"), None);
+        // Another implementation's token (Python's `cryptography`, r || s): exp 2100-01-01.
+        let foreign = "eyJhbGciOiJFUzUxMiIsInR5cCI6IkpXVCJ9.eyJleHAiOjQxMDI0NDQ4MDAsInJldmlzaW9uIjozLCJ1c2VybmFtZSI6ImNhcm9sIn0.AVUt3P2G5pWRH6kcNN0DEwxC-2Zb7L808kLPpKaLxxCHadCWk6GDAuLRVmsijdOIcCmNT28gOQyUdTa_rTRSO9_YAHt0H9HBzvyJ3I_LeVAxsEn_4xb1pwG2WeflZ6mcaWLFWCzK4bSIhXRbz2w0dUW1WyUI18aopxy-RCMR3VB5-3gS";
+        assert_eq!(verify_only.verify(foreign), Some(("carol".into(), 3)));
+        // The same claims under another method's header are refused.
+        let hs = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS512","typ":"JWT"}"#);
+        let relabelled = format!("{hs}{}", &foreign[foreign.find('.').ok_or("no dot")?..]);
+        assert_eq!(verify_only.verify(&relabelled), None);
+        // A key of another curve is refused at start.
+        let p256 = dir.path().join("p256.pub");
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+        std::fs::write(&p256, key.public_key_pem())?;
+        assert!(matches!(
+            Jwt::from_options(&format!("pub-key={},sign-method=ES512", p256.display())),
+            Err(JwtError::Key(_))
+        ));
+        Ok(())
+    }
+
+    #[test]
+    fn an_expired_es512_token_is_refused() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let (private, public) = es512_files(dir.path())?;
+        let jwt = Jwt::from_options(&format!(
+            "pub-key={public},priv-key={private},sign-method=ES512,ttl=0s"
+        ))?;
+        let token = jwt.sign("bob", 1).ok_or("no token")?;
+        std::thread::sleep(Duration::from_millis(1100));
+        assert_eq!(jwt.verify(&token), None);
         Ok(())
     }
 

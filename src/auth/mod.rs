@@ -14,6 +14,7 @@
 //! before a write's entry denies it), with etcd's `revision of auth store is old` when the
 //! store changed since the caller's token was checked.
 
+mod es512;
 pub mod jwt;
 pub mod needs;
 pub mod password;

@@ -394,13 +394,28 @@ async fn a_follower_caught_up_by_a_snapshot_enforces_the_same_permissions() -> T
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jwt_tokens_signed_by_one_member_are_accepted_by_every_member() -> TestResult {
-    let keys = tempfile::tempdir()?;
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    jwt_on_every_member("ES256", &key.serialize_pem(), &key.public_key_pem()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn es512_jwt_tokens_work_on_every_member() -> TestResult {
+    use p521::pkcs8::{EncodePublicKey, LineEnding};
+    let key = p521::SecretKey::random(&mut p521::elliptic_curve::rand_core::OsRng);
+    let private = key.to_sec1_pem(LineEnding::LF)?;
+    let public = key.public_key().to_public_key_pem(LineEnding::LF)?;
+    jwt_on_every_member("ES512", &private, &public).await
+}
+
+/// JWTs of `method` with this key pair, on 3 members: signed by one member, accepted by every
+/// member, old after an auth change.
+async fn jwt_on_every_member(method: &str, private_pem: &str, public_pem: &str) -> TestResult {
+    let keys = tempfile::tempdir()?;
     let (private, public) = (keys.path().join("jwt.key"), keys.path().join("jwt.pub"));
-    std::fs::write(&private, key.serialize_pem())?;
-    std::fs::write(&public, key.public_key_pem())?;
+    std::fs::write(&private, private_pem)?;
+    std::fs::write(&public, public_pem)?;
     let flag = format!(
-        "--auth-token=jwt,pub-key={},priv-key={},sign-method=ES256,ttl=5m",
+        "--auth-token=jwt,pub-key={},priv-key={},sign-method={method},ttl=5m",
         public.display(),
         private.display()
     );
