@@ -74,6 +74,8 @@ pub const FLAGS: &[Flag] = &[
     f("snapshot-count", Uint, Implemented),
     // Concord's own (not an etcd flag).
     f("snapshot-chunk-bytes", Uint, Implemented),
+    // Concord's own (not an etcd flag).
+    f("storage-cache-bytes", Uint, Implemented),
     f("heartbeat-interval", Uint, Implemented),
     f("election-timeout", Uint, Implemented),
     f("initial-election-tick-advance", Bool, Implemented),

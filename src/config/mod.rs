@@ -84,6 +84,10 @@ pub struct Config {
     /// piece by piece).
     #[arg(long, default_value_t = 3 << 20)]
     pub snapshot_chunk_bytes: u64,
+    /// Concord's own: the memory for caching the state database's blocks (the kernel's page
+    /// cache holds them too). Resident memory is this, the key index, and the memtables.
+    #[arg(long, default_value_t = crate::storage::DEFAULT_CACHE_BYTES)]
+    pub storage_cache_bytes: u64,
     /// Interval between progress notifications to watches that asked for them.
     #[arg(
         long = "experimental-watch-progress-notify-interval",

@@ -70,7 +70,8 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
         None => None,
     };
     let opening = std::time::Instant::now();
-    let storage = Storage::open(&data_dir).context("opening the data dir")?;
+    let storage = Storage::open_with_cache(&data_dir, cfg.storage_cache_bytes)
+        .context("opening the data dir")?;
     tracing::info!(
         elapsed_ms = opening.elapsed().as_millis() as u64,
         "storage opened"

@@ -151,22 +151,41 @@ const MAX_JOURNALS: u64 = 64 * 1024 * 1024;
 /// memory after a bulk load, and a restart rebuilds them from the journal.
 const MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
 
+/// The state database's block cache by default (`--storage-cache-bytes`): fjall's blocks are
+/// also in the kernel's page cache, as bbolt's are for etcd, so this cache only saves the
+/// copies and decompression of the hottest blocks.
+pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+/// The Raft log database's block cache: the log is read back only by lagging followers, and its
+/// newest entries are still in the memtable.
+const LOG_CACHE_BYTES: u64 = 8 * 1024 * 1024;
+
 fn keyspace_options() -> KeyspaceCreateOptions {
     KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES)
 }
 
 impl Storage {
-    /// Opens (or creates) the data dir, checking its format version.
+    /// Opens (or creates) the data dir with the default cache, checking its format version.
     ///
     /// # Errors
     /// When fjall cannot open the directory or the format is newer than this binary.
     pub fn open(dir: &Path) -> StorageResult<Self> {
+        Self::open_with_cache(dir, DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens (or creates) the data dir with a block cache of `cache_bytes` for the state
+    /// database (`--storage-cache-bytes`), checking its format version.
+    ///
+    /// # Errors
+    /// When fjall cannot open the directory or the format is newer than this binary.
+    pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> StorageResult<Self> {
         std::fs::create_dir_all(dir).map_err(|e| StorageError(e.to_string()))?;
         let db = Database::builder(dir.join("db"))
             .max_journaling_size(MAX_JOURNALS)
+            .cache_size(cache_bytes)
             .open()?;
         let log_db = Database::builder(dir.join("log"))
             .max_journaling_size(MAX_JOURNALS)
+            .cache_size(LOG_CACHE_BYTES)
             .open()?;
         let storage = Storage {
             raft_log: log_db.keyspace("raft_log", keyspace_options)?,
