@@ -20,9 +20,11 @@ use tokio::net::TcpStream;
 mod eager_end;
 pub mod in_process;
 mod maybe_tls;
+mod ping_policy;
 
 pub use eager_end::{eager, EagerChannel, EagerEnd};
 pub use maybe_tls::MaybeTls;
+pub use ping_policy::PingPolicy;
 
 /// Writes at least this large skip the buffer when it is empty (no copy of big bodies).
 const PASS_THROUGH: usize = 64 * 1024;

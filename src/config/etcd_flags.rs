@@ -99,11 +99,7 @@ pub const FLAGS: &[Flag] = &[
     f("max-txn-ops", Uint, Implemented),
     f("max-request-bytes", Uint, Implemented),
     f("max-concurrent-streams", Uint, Implemented),
-    f(
-        "grpc-keepalive-min-time",
-        Duration,
-        NoEffect("the gRPC server (tonic) does not enforce a minimum client ping interval"),
-    ),
+    f("grpc-keepalive-min-time", Duration, Implemented),
     f("grpc-keepalive-interval", Duration, Implemented),
     f("grpc-keepalive-timeout", Duration, Implemented),
     f("socket-reuse-port", Bool, Implemented),

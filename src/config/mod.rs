@@ -203,6 +203,10 @@ pub struct Config {
     /// Maximum concurrent streams that each client can open at a time.
     #[arg(long, default_value_t = u32::MAX)]
     pub max_concurrent_streams: u32,
+    /// The shortest interval between a client's pings: a client that pings more often is
+    /// sent GOAWAY (`too_many_pings`) and disconnected, as grpc-go's server does.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub grpc_keepalive_min_time: Duration,
     /// Frequency of server-to-client pings that check a connection is alive.
     #[arg(long, default_value = "2h", value_parser = parse_duration)]
     pub grpc_keepalive_interval: Duration,

@@ -146,28 +146,51 @@ pub fn tls_for(
 }
 
 /// Serves `router` on `listener` (a [`Listener`]), through TLS when `tls` is given, until
-/// `shutdown`.
+/// `shutdown`; with `ping`, clients pinging more often than that get GOAWAY (see
+/// [`crate::transport::PingPolicy`]).
 macro_rules! serve_on {
     ($router:expr, $listener:expr, $tls:expr, $shutdown:expr) => {
+        $crate::server::listeners::serve_on!($router, $listener, $tls, $shutdown, None)
+    };
+    ($router:expr, $listener:expr, $tls:expr, $shutdown:expr, $ping:expr) => {
         match ($listener, $tls) {
             ($crate::server::listeners::Listener::Tcp(l), None) => {
                 let incoming = tonic::transport::server::TcpIncoming::from(l)
                     .with_nodelay(Some(true))
-                    .map(|conn| conn.map($crate::transport::Coalesced::new));
+                    .map(|conn| {
+                        conn.map(|c| {
+                            $crate::transport::PingPolicy::new(
+                                $crate::transport::Coalesced::new(c),
+                                $ping,
+                            )
+                        })
+                    });
                 $router
                     .serve_with_incoming_shutdown(incoming, $shutdown)
                     .await
             }
             ($crate::server::listeners::Listener::Tcp(l), Some(tls)) => {
-                let incoming = $crate::tls::accept::incoming(l, tls)
-                    .map(|conn| conn.map($crate::transport::Coalesced::new));
+                let incoming = $crate::tls::accept::incoming(l, tls).map(|conn| {
+                    conn.map(|c| {
+                        $crate::transport::PingPolicy::new(
+                            $crate::transport::Coalesced::new(c),
+                            $ping,
+                        )
+                    })
+                });
                 $router
                     .serve_with_incoming_shutdown(incoming, $shutdown)
                     .await
             }
             ($crate::server::listeners::Listener::Unix(l), _) => {
-                let incoming = tokio_stream::wrappers::UnixListenerStream::new(l)
-                    .map(|conn| conn.map($crate::transport::Coalesced::new));
+                let incoming = tokio_stream::wrappers::UnixListenerStream::new(l).map(|conn| {
+                    conn.map(|c| {
+                        $crate::transport::PingPolicy::new(
+                            $crate::transport::Coalesced::new(c),
+                            $ping,
+                        )
+                    })
+                });
                 $router
                     .serve_with_incoming_shutdown(incoming, $shutdown)
                     .await
@@ -230,6 +253,8 @@ pub struct ClientExtras {
     pub streams: u32,
     /// `--grpc-keepalive-interval` and `--grpc-keepalive-timeout`.
     pub keepalive: (std::time::Duration, std::time::Duration),
+    /// `--grpc-keepalive-min-time` (`None`: any ping rate).
+    pub min_ping: Option<std::time::Duration>,
     /// Whether the HTTP endpoints and the gateway are served here too (not when
     /// `--listen-client-http-urls` gives them listeners of their own).
     pub http: bool,
@@ -267,7 +292,7 @@ pub fn serve_client(
             ))
             .add_routes(routes)
             .add_service(health_svc);
-        if let Err(e) = serve_on!(router, bound.listener, tls, shutdown) {
+        if let Err(e) = serve_on!(router, bound.listener, tls, shutdown, extras.min_ping) {
             tracing::error!(error = %e, url = %bound.url, "client server failed");
         }
     })

@@ -184,6 +184,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
             gateway: gateway.clone(),
             streams: cfg.max_concurrent_streams,
             keepalive: (cfg.grpc_keepalive_interval, cfg.grpc_keepalive_timeout),
+            min_ping: Some(cfg.grpc_keepalive_min_time).filter(|t| !t.is_zero()),
             http: cfg.listen_client_http_urls.is_empty(),
         };
         tasks.push(listeners::serve_client(

@@ -5,6 +5,7 @@ mod cluster;
 mod election;
 mod failover;
 mod gateway;
+mod keepalive;
 mod kv_cluster;
 mod kv_single;
 mod lease;
