@@ -203,10 +203,13 @@ pub fn connector(
 }
 
 /// A connector for tonic channels to the Unix socket at `path` (whatever URL the channel has),
-/// at most `timeout` to connect, writes coalesced.
+/// at most `timeout` to connect (and to finish a TLS handshake), writes coalesced; with `tls`
+/// (`unixs://`), a TLS session over it whose server name is the socket name's host part
+/// (`localhost` of `localhost:2379`, as grpc-go's target authority gives it).
 pub fn unix_connector(
     path: String,
     timeout: Duration,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 ) -> impl tower::Service<
     http::Uri,
     Response = TokioIo<Coalesced<MaybeTls>>,
@@ -216,12 +219,29 @@ pub fn unix_connector(
        + Send
        + 'static {
     tower::service_fn(move |_: http::Uri| {
-        let path = path.clone();
+        let (path, tls) = (path.clone(), tls.clone());
         async move {
+            let timed_out = || io::Error::new(io::ErrorKind::TimedOut, "connect timed out");
             let stream = tokio::time::timeout(timeout, tokio::net::UnixStream::connect(&path))
                 .await
-                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
-            Ok(TokioIo::new(Coalesced::new(MaybeTls::Unix(stream))))
+                .map_err(|_| timed_out())??;
+            let Some(config) = tls else {
+                return Ok(TokioIo::new(Coalesced::new(MaybeTls::Unix(stream))));
+            };
+            let file = path.rsplit('/').next().unwrap_or(&path);
+            let host = file
+                .rsplit_once(':')
+                .map_or(file, |(host, _)| host)
+                .to_string();
+            let name = rustls::pki_types::ServerName::try_from(host)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            let session = tokio_rustls::TlsConnector::from(config).connect(name, stream);
+            let session = tokio::time::timeout(timeout, session)
+                .await
+                .map_err(|_| timed_out())??;
+            Ok(TokioIo::new(Coalesced::new(MaybeTls::UnixTls(Box::new(
+                session,
+            )))))
         }
     })
 }

@@ -41,7 +41,14 @@ pub fn peer_channel(
     unacked: Duration,
     tls: Option<Arc<rustls::ClientConfig>>,
 ) -> Result<EagerChannel, tonic::transport::Error> {
-    if let Some(path) = addr.strip_prefix("unix://") {
+    let unix = addr
+        .strip_prefix("unix://")
+        .map(|path| (path, None))
+        .or_else(|| {
+            addr.strip_prefix("unixs://")
+                .map(|path| (path, tls.clone()))
+        });
+    if let Some((path, tls)) = unix {
         return Ok(eager(
             Endpoint::from_static("http://unix.socket")
                 .http2_keep_alive_interval(Duration::from_secs(5))
@@ -49,6 +56,7 @@ pub fn peer_channel(
                 .connect_with_connector_lazy(crate::transport::unix_connector(
                     path.trim_end_matches('/').to_string(),
                     Duration::from_millis(500),
+                    tls,
                 )),
         ));
     }

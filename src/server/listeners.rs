@@ -31,7 +31,8 @@ use crate::rpc::{
 pub enum Listener {
     /// TCP (`http://`, `https://`).
     Tcp(TcpListener),
-    /// A Unix socket (`unix://name`, etcd's form: the socket file is `name`).
+    /// A Unix socket (`unix://name` or, with TLS, `unixs://name`; etcd's form: the socket file
+    /// is `name`).
     Unix(tokio::net::UnixListener),
 }
 
@@ -61,20 +62,18 @@ pub struct SocketOpts {
     pub reuse_port: bool,
 }
 
-/// Binds every URL of a comma-separated list (`http://host:port`, `https://host:port` or
-/// `unix://name`).
+/// Binds every URL of a comma-separated list (`http://host:port`, `https://host:port`,
+/// `unix://name` or `unixs://name`).
 ///
 /// # Errors
 /// When a host does not resolve or an address cannot be bound.
 pub async fn bind_all(urls: &str, opts: SocketOpts) -> anyhow::Result<Vec<Bound>> {
     let mut out = Vec::new();
     for url in config::split_urls(urls) {
-        if url.starts_with("unixs://") {
-            return Err(anyhow!(
-                "{url}: TLS over Unix sockets (unixs://) is not supported"
-            ));
-        }
-        if let Some(path) = url.strip_prefix("unix://") {
+        if let Some(path) = url
+            .strip_prefix("unix://")
+            .or_else(|| url.strip_prefix("unixs://"))
+        {
             let path = path.trim_end_matches('/');
             // As etcd: a socket file left by an earlier run is replaced.
             match std::fs::remove_file(path) {
@@ -182,7 +181,20 @@ macro_rules! serve_on {
                     .serve_with_incoming_shutdown(incoming, $shutdown)
                     .await
             }
-            ($crate::server::listeners::Listener::Unix(l), _) => {
+            ($crate::server::listeners::Listener::Unix(l), Some(tls)) => {
+                let incoming = $crate::tls::accept::incoming(l, tls).map(|conn| {
+                    conn.map(|c| {
+                        $crate::transport::PingPolicy::new(
+                            $crate::transport::Coalesced::new(c),
+                            $ping,
+                        )
+                    })
+                });
+                $router
+                    .serve_with_incoming_shutdown(incoming, $shutdown)
+                    .await
+            }
+            ($crate::server::listeners::Listener::Unix(l), None) => {
                 let incoming = tokio_stream::wrappers::UnixListenerStream::new(l).map(|conn| {
                     conn.map(|c| {
                         $crate::transport::PingPolicy::new(

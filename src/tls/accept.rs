@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio_stream::wrappers::ReceiverStream;
 
 /// How long a client may take to complete its handshake.
@@ -25,13 +25,43 @@ pub struct TlsConnectInfo {
     pub common_name: Option<String>,
 }
 
-/// A server-side TLS connection.
-pub struct TlsConn {
-    io: tokio_rustls::server::TlsStream<TcpStream>,
+/// A listening socket whose connections can carry TLS: TCP (`https://`) or a Unix socket
+/// (`unixs://`).
+pub trait Accept: Send + 'static {
+    /// An accepted connection.
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+
+    /// The next connection and the client's address (none on a Unix socket).
+    fn accept_one(
+        &self,
+    ) -> impl std::future::Future<Output = io::Result<(Self::Io, Option<SocketAddr>)>> + Send;
+}
+
+impl Accept for TcpListener {
+    type Io = TcpStream;
+
+    async fn accept_one(&self) -> io::Result<(TcpStream, Option<SocketAddr>)> {
+        let (tcp, remote) = self.accept().await?;
+        let _ = tcp.set_nodelay(true);
+        Ok((tcp, Some(remote)))
+    }
+}
+
+impl Accept for UnixListener {
+    type Io = UnixStream;
+
+    async fn accept_one(&self) -> io::Result<(UnixStream, Option<SocketAddr>)> {
+        Ok((self.accept().await?.0, None))
+    }
+}
+
+/// A server-side TLS connection over TCP or (`S = UnixStream`) a Unix socket.
+pub struct TlsConn<S = TcpStream> {
+    io: tokio_rustls::server::TlsStream<S>,
     info: TlsConnectInfo,
 }
 
-impl tonic::transport::server::Connected for TlsConn {
+impl<S> tonic::transport::server::Connected for TlsConn<S> {
     type ConnectInfo = TlsConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
@@ -39,7 +69,7 @@ impl tonic::transport::server::Connected for TlsConn {
     }
 }
 
-impl AsyncRead for TlsConn {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsConn<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -49,7 +79,7 @@ impl AsyncRead for TlsConn {
     }
 }
 
-impl AsyncWrite for TlsConn {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsConn<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -81,19 +111,19 @@ impl AsyncWrite for TlsConn {
 
 /// The TLS connections accepted on `listener` with `config` (which may change between
 /// handshakes: see `reload.rs`), until the stream is dropped.
-pub fn incoming(
-    listener: TcpListener,
+pub fn incoming<L: Accept>(
+    listener: L,
     config: Arc<rustls::ServerConfig>,
-) -> ReceiverStream<io::Result<TlsConn>> {
+) -> ReceiverStream<io::Result<TlsConn<L::Io>>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
     tokio::spawn(async move {
         loop {
             let accepted = tokio::select! {
-                a = listener.accept() => a,
+                a = listener.accept_one() => a,
                 () = tx.closed() => return,
             };
-            let (tcp, remote) = match accepted {
+            let (stream, remote) = match accepted {
                 Ok(a) => a,
                 Err(e) => {
                     tracing::warn!(error = %e, "accepting a connection");
@@ -101,10 +131,10 @@ pub fn incoming(
                     continue;
                 }
             };
-            let _ = tcp.set_nodelay(true);
             let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            let from = remote.map_or_else(|| "unix socket".to_string(), |a| a.to_string());
             tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                     Ok(Ok(io)) => {
                         let common_name = io
                             .get_ref()
@@ -113,16 +143,16 @@ pub fn incoming(
                             .and_then(|c| c.first())
                             .and_then(|c| super::verify::common_name(c));
                         let info = TlsConnectInfo {
-                            remote_addr: Some(remote),
+                            remote_addr: remote,
                             common_name,
                         };
                         let _ = tx.send(Ok(TlsConn { io, info })).await;
                     }
                     Ok(Err(e)) => {
-                        tracing::warn!(remote_addr = %remote, error = %e, "rejected connection");
+                        tracing::warn!(remote_addr = %from, error = %e, "rejected connection");
                     }
                     Err(_) => {
-                        tracing::warn!(remote_addr = %remote, "rejected connection: TLS handshake timed out")
+                        tracing::warn!(remote_addr = %from, "rejected connection: TLS handshake timed out")
                     }
                 }
             });

@@ -1,5 +1,5 @@
-//! A dialed connection: plain TCP, TLS over it (`https://` peers), or a Unix socket
-//! (`unix://` peers).
+//! A dialed connection: plain TCP, TLS over it (`https://` peers), or a Unix socket, plain
+//! (`unix://` peers) or with TLS (`unixs://`).
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
@@ -16,6 +16,8 @@ pub enum MaybeTls {
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
     /// `unix://`.
     Unix(tokio::net::UnixStream),
+    /// `unixs://`.
+    UnixTls(Box<tokio_rustls::client::TlsStream<tokio::net::UnixStream>>),
 }
 
 impl AsyncRead for MaybeTls {
@@ -28,6 +30,7 @@ impl AsyncRead for MaybeTls {
             MaybeTls::Plain(s) => Pin::new(s).poll_read(cx, buf),
             MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
             MaybeTls::Unix(s) => Pin::new(s).poll_read(cx, buf),
+            MaybeTls::UnixTls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -42,6 +45,7 @@ impl AsyncWrite for MaybeTls {
             MaybeTls::Plain(s) => Pin::new(s).poll_write(cx, buf),
             MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
             MaybeTls::Unix(s) => Pin::new(s).poll_write(cx, buf),
+            MaybeTls::UnixTls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -54,6 +58,7 @@ impl AsyncWrite for MaybeTls {
             MaybeTls::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
             MaybeTls::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            MaybeTls::UnixTls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -62,6 +67,7 @@ impl AsyncWrite for MaybeTls {
             MaybeTls::Plain(s) => s.is_write_vectored(),
             MaybeTls::Tls(s) => s.is_write_vectored(),
             MaybeTls::Unix(s) => s.is_write_vectored(),
+            MaybeTls::UnixTls(s) => s.is_write_vectored(),
         }
     }
 
@@ -70,6 +76,7 @@ impl AsyncWrite for MaybeTls {
             MaybeTls::Plain(s) => Pin::new(s).poll_flush(cx),
             MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
             MaybeTls::Unix(s) => Pin::new(s).poll_flush(cx),
+            MaybeTls::UnixTls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
@@ -78,6 +85,7 @@ impl AsyncWrite for MaybeTls {
             MaybeTls::Plain(s) => Pin::new(s).poll_shutdown(cx),
             MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             MaybeTls::Unix(s) => Pin::new(s).poll_shutdown(cx),
+            MaybeTls::UnixTls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }

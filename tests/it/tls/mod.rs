@@ -3,7 +3,7 @@
 //! untrusted, expired or revoked one refused; certificate rotation without a restart; a member
 //! joining over TLS; auto TLS; bad certificate flags refused at start.
 
-mod pki;
+pub(crate) mod pki;
 
 use std::time::Duration;
 

@@ -14,14 +14,14 @@ pub(super) use crate::cluster::Procs;
 use crate::cluster::TestResult;
 
 /// A CA and the certificates it signed, as PEM files in a directory.
-pub(super) struct Pki {
+pub(crate) struct Pki {
     dir: PathBuf,
     ca: rcgen::Certificate,
     ca_key: rcgen::KeyPair,
 }
 
 impl Pki {
-    pub(super) fn new(dir: &Path) -> TestResult<Self> {
+    pub(crate) fn new(dir: &Path) -> TestResult<Self> {
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         params
@@ -38,7 +38,7 @@ impl Pki {
     }
 
     /// Writes `<name>.crt` and `<name>.key`, signed by the CA, for CN `cn`.
-    pub(super) fn issue(&self, name: &str, cn: &str, server: bool) -> TestResult {
+    pub(crate) fn issue(&self, name: &str, cn: &str, server: bool) -> TestResult {
         self.issue_valid(name, cn, server, true)
     }
 
@@ -106,12 +106,12 @@ impl Pki {
         Ok(())
     }
 
-    pub(super) fn path(&self, file: &str) -> String {
+    pub(crate) fn path(&self, file: &str) -> String {
         self.dir.join(file).to_string_lossy().into_owned()
     }
 
     /// A client configuration trusting the CA, presenting `<name>.crt` if given.
-    pub(super) fn client(&self, name: Option<&str>) -> TestResult<Arc<rustls::ClientConfig>> {
+    pub(crate) fn client(&self, name: Option<&str>) -> TestResult<Arc<rustls::ClientConfig>> {
         self.client_as(name.map(|n| (self, n)))
     }
 
