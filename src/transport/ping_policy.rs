@@ -22,7 +22,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// grpc-go's `maxPingStrikes`: the connection closes on the strike after this many.
 const MAX_STRIKES: u32 = 2;
 /// The client's connection preface, before its first frame.
-const PREFACE_LEN: usize = 24;
+const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const PREFACE_LEN: usize = PREFACE.len();
 const DATA: u8 = 0x0;
 const HEADERS: u8 = 0x1;
 const PING: u8 = 0x6;
@@ -302,16 +303,23 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for PingPolicy<T> {
         }
         let before = buf.filled().len();
         ready!(Pin::new(&mut this.io).poll_read(cx, buf))?;
+        // An HTTP/1 connection (the JSON gateway, /health, /metrics): no frames to follow.
+        let read = &buf.filled()[before..];
+        let seen = PREFACE_LEN - p.from_client.preface;
+        let n = p.from_client.preface.min(read.len());
+        if read[..n] != PREFACE[seen..seen + n] {
+            this.policy = None;
+            return Poll::Ready(Ok(()));
+        }
         let now = Instant::now();
         let mut close = false;
-        p.from_client
-            .feed(&buf.filled()[before..], |kind, flags, stream| {
-                if kind == HEADERS {
-                    p.last_stream = p.last_stream.max(stream);
-                } else if kind == PING && flags & ACK == 0 && p.strikes.ping(now) {
-                    close = true;
-                }
-            });
+        p.from_client.feed(read, |kind, flags, stream| {
+            if kind == HEADERS {
+                p.last_stream = p.last_stream.max(stream);
+            } else if kind == PING && flags & ACK == 0 && p.strikes.ping(now) {
+                close = true;
+            }
+        });
         if close && matches!(p.state, State::Open) {
             p.state = State::GoingAway(goaway(p.last_stream), 0);
             // Let the server answer what it read; the GOAWAY follows at its next frame
@@ -389,6 +397,25 @@ mod tests {
         assert!(!s.ping(t0 + Duration::from_secs(10)), "on time: no strike");
         assert!(!s.ping(t0 + Duration::from_secs(11)));
         assert!(s.ping(t0 + Duration::from_secs(12)), "third strike");
+    }
+
+    #[tokio::test]
+    async fn an_http1_connection_is_passed_through_untouched() -> io::Result<()> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut client, server) = tokio::io::duplex(1024);
+        let mut server = PingPolicy::new(server, Some(Duration::from_secs(5)));
+        // Bytes that would read as three PING frames, were this HTTP/2.
+        let mut request = b"GET /health HTTP/1.1\r\n\r\n".to_vec();
+        for _ in 0..3 {
+            request.extend(frame(PING, 0, 0, &[0; 8]));
+        }
+        client.write_all(&request).await?;
+        let mut got = vec![0; request.len()];
+        server.read_exact(&mut got).await?;
+        assert_eq!(got, request);
+        assert!(server.policy.is_none());
+        server.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await?;
+        Ok(())
     }
 
     #[test]
