@@ -81,10 +81,13 @@ def main():
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--work", default="/var/tmp")
     ap.add_argument("--out")
+    ap.add_argument("--only", choices=["etcd", "concord"], help="run one server only")
     a = ap.parse_args()
     etcdctl = f"{a.etcd_dir}/etcdctl"
     rows = []
     for label, server in (("etcd 3.5.1", f"{a.etcd_dir}/etcd"), ("Concord", a.concord)):
+        if a.only and not label.lower().startswith(a.only):
+            continue
         rows.append(run(label, server, etcdctl, a.bench, a.keys, a.value_size, a.versions, a.rate, a.work))
         print(json.dumps(rows[-1]), flush=True)
     table = ("| server | phase | took (s) | put p99 (ms) | p99.9 (ms) | longest put (ms) | errors |\n"
