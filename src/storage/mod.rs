@@ -359,6 +359,44 @@ impl Storage {
         }
     }
 
+    /// Removes every log entry at or below `upto`, in batches of `batch` deletions (the keys are
+    /// counted up from the first entry, no entry is read); not synced: entries left by a crash
+    /// are below the purged index, never read, and removed by the next purge. Returns how many
+    /// entries were removed.
+    ///
+    /// # Errors
+    /// On a read or write failure.
+    pub fn remove_log_prefix(&self, upto: u64, batch: u64) -> StorageResult<u64> {
+        let (first, last) = match (
+            self.raft_log.first_key_value(),
+            self.raft_log.last_key_value(),
+        ) {
+            (Some(first), Some(last)) => {
+                (decode_index(&first.key()?)?, decode_index(&last.key()?)?)
+            }
+            _ => return Ok(0),
+        };
+        // A purge up to a received snapshot may lie past the whole log.
+        let upto = upto.min(last);
+        if upto < first {
+            return Ok(0);
+        }
+        let mut next = first;
+        while next <= upto {
+            let end = next.saturating_add(batch.max(1) - 1).min(upto);
+            let mut b = self.log_db.batch();
+            for index in next..=end {
+                b.remove(&self.raft_log, index.to_be_bytes());
+            }
+            b.commit()?;
+            next = end.saturating_add(1);
+            if end == u64::MAX {
+                break;
+            }
+        }
+        Ok(upto - first + 1)
+    }
+
     /// Removes the log entries whose index is in `range`; synced before returning.
     ///
     /// # Errors
@@ -499,6 +537,24 @@ mod tests {
         assert_eq!(s.log_range(1, 3)?.len(), 2);
         s.remove_log(0..=1)?;
         assert_eq!(s.log_range(0, 10)?.len(), 1);
+        Ok(())
+    }
+
+    #[test]
+    fn a_log_prefix_is_removed_in_batches_and_never_past_the_last_entry() -> StorageResult<()> {
+        let dir = tempfile::tempdir().map_err(|e| StorageError(e.to_string()))?;
+        let s = Storage::open(dir.path())?;
+        let entries: Vec<(u64, Vec<u8>)> = (5..=30).map(|i| (i, vec![i as u8])).collect();
+        s.append_log(&entries)?;
+        assert_eq!(s.remove_log_prefix(4, 3)?, 0, "below the first entry");
+        assert_eq!(s.remove_log_prefix(20, 3)?, 16);
+        assert_eq!(s.log_range(0, 100)?.first().map(|(i, _)| *i), Some(21));
+        // A purge up to a snapshot far past the log removes the log, and writes no more.
+        assert_eq!(s.remove_log_prefix(u64::MAX, 3)?, 10);
+        assert!(s.log_range(0, u64::MAX)?.is_empty());
+        assert_eq!(s.remove_log_prefix(u64::MAX, 3)?, 0);
+        s.append_log(&[(1000, b"x".to_vec())])?;
+        assert_eq!(s.last_log()?.map(|(i, _)| i), Some(1000));
         Ok(())
     }
 }
