@@ -5,6 +5,7 @@
 //! lives in memory and is rebuilt from disk on start. Readers take a [`ReadTxn`], the apply path a
 //! [`WriteTxn`]; a write is invisible to readers until its batch has committed.
 
+mod garbage;
 mod key_index;
 mod lease_table;
 mod range;

@@ -5,7 +5,7 @@
 //! start to commit, so readers never see half of a request.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{RwLock, RwLockReadGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use prost::Message;
 
@@ -44,7 +44,9 @@ impl State {
 /// The revisioned key-value store of one member.
 pub struct MvccStore {
     storage: Storage,
-    state: RwLock<State>,
+    state: Arc<RwLock<State>>,
+    /// Compacted revisions still on disk, deleted in the background (see `garbage.rs`).
+    garbage: Arc<super::garbage::Garbage>,
     /// The raised alarm types as a bit set (bit `t` for type `t`), published by each commit:
     /// the write path checks it on every request and must not wait for the state lock, which
     /// an apply holds through its disk write.
@@ -60,13 +62,28 @@ impl MvccStore {
     /// # Errors
     /// On a read failure or a corrupt record.
     pub fn open(storage: Storage) -> StorageResult<Self> {
-        let state = load_state(&storage)?;
+        let (state, leftover) = load_state(&storage)?;
+        let raised = AtomicU64::new(alarm_bits(&state.alarms));
+        let (state, garbage) = super::garbage::shared(state);
+        garbage.push(leftover);
+        super::garbage::start(
+            storage.clone(),
+            Arc::downgrade(&state),
+            Arc::downgrade(&garbage),
+        );
         Ok(MvccStore {
             storage,
-            raised: AtomicU64::new(alarm_bits(&state.alarms)),
+            raised,
             failed: std::sync::atomic::AtomicBool::new(false),
-            state: RwLock::new(state),
+            state,
+            garbage,
         })
+    }
+
+    /// Compacted revisions whose records are not deleted yet (`physical` compactions wait for
+    /// none to be left).
+    pub fn compaction_pending(&self) -> usize {
+        self.garbage.pending()
     }
 
     /// Runs `replace`, which rewrites the keyspaces wholesale (a snapshot install), with every
@@ -81,8 +98,12 @@ impl MvccStore {
         let mut state = self.state.write().map_err(|_| poisoned())?;
         // Failed half-way, the keyspaces hold neither state: nothing is read from them again.
         self.failed.store(true, Ordering::Release);
+        // The old state's compacted revisions are not the new one's.
+        self.garbage.clear();
         replace()?;
-        *state = load_state(&self.storage)?;
+        let (loaded, leftover) = load_state(&self.storage)?;
+        *state = loaded;
+        self.garbage.push(leftover);
         self.failed.store(false, Ordering::Release);
         self.raised
             .store(alarm_bits(&state.alarms), Ordering::Release);
@@ -109,7 +130,12 @@ impl MvccStore {
     /// When the lock is poisoned.
     pub fn write(&self) -> StorageResult<WriteTxn<'_>> {
         let state = self.state.write().map_err(|_| poisoned())?;
-        Ok(WriteTxn::new(&self.storage, state, &self.raised))
+        Ok(WriteTxn::new(
+            &self.storage,
+            state,
+            &self.raised,
+            &self.garbage,
+        ))
     }
 
     /// Every change with `from <= revision <= to`, in revision order, as watch events (a
@@ -245,7 +271,9 @@ fn poisoned() -> StorageError {
     StorageError("mvcc state lock poisoned".into())
 }
 
-fn load_state(storage: &Storage) -> StorageResult<State> {
+/// The state on disk, and the compacted revisions still on disk (a crash came before the
+/// background deletion was done).
+fn load_state(storage: &Storage) -> StorageResult<(State, Vec<Revision>)> {
     let read_i64 = |key: &[u8], default: i64| -> StorageResult<i64> {
         Ok(match storage.get(Space::Meta, key)? {
             Some(v) => <[u8; 8]>::try_from(v.as_slice())
@@ -255,8 +283,14 @@ fn load_state(storage: &Storage) -> StorageResult<State> {
         })
     };
     let current = read_i64(meta_key::REVISION, 1)?;
+    let compacted = read_i64(meta_key::COMPACTED, -1)?;
     let loading = std::time::Instant::now();
-    let index = load_index(storage, current)?;
+    let mut index = load_index(storage, current)?;
+    let leftover = if compacted > 0 {
+        index.compact(compacted)
+    } else {
+        Vec::new()
+    };
     tracing::info!(
         keys = index.len(),
         elapsed_ms = loading.elapsed().as_millis() as u64,
@@ -279,13 +313,16 @@ fn load_state(storage: &Storage) -> StorageResult<State> {
     for (k, _) in storage.scan_prefix(Space::Meta, meta_key::ALARM)? {
         alarms.insert(decode_alarm_key(&k)?);
     }
-    Ok(State {
-        index,
-        current,
-        compacted: read_i64(meta_key::COMPACTED, -1)?,
-        leases,
-        alarms,
-    })
+    Ok((
+        State {
+            index,
+            current,
+            compacted,
+            leases,
+            alarms,
+        },
+        leftover,
+    ))
 }
 
 /// Rebuilds the key index from every stored change. The two halves of the revision space are

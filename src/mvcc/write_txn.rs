@@ -33,6 +33,9 @@ pub struct WriteTxn<'a> {
     dirty: bool,
     /// The changes of this batch, in revision order, for watchers.
     events: Vec<Event>,
+    /// Where revisions compacted by this batch go to be deleted, once it commits.
+    garbage: &'a super::garbage::Garbage,
+    compacted: Vec<Revision>,
 }
 
 impl<'a> WriteTxn<'a> {
@@ -41,6 +44,7 @@ impl<'a> WriteTxn<'a> {
         storage: &'a Storage,
         state: RwLockWriteGuard<'a, State>,
         raised: &'a AtomicU64,
+        garbage: &'a super::garbage::Garbage,
     ) -> Self {
         WriteTxn {
             storage,
@@ -51,6 +55,8 @@ impl<'a> WriteTxn<'a> {
             sub: 0,
             dirty: false,
             events: Vec::new(),
+            garbage,
+            compacted: Vec::new(),
         }
     }
 
@@ -92,10 +98,9 @@ impl<'a> WriteTxn<'a> {
         if at > self.state.current {
             return Err(Error::FutureRevision);
         }
-        for rev in self.state.index.compact(at) {
-            self.staged
-                .insert((Space::Kv, rev.to_bytes().to_vec()), None);
-        }
+        // Their records are deleted in the background once this batch commits (`garbage.rs`).
+        let removed = self.state.index.compact(at);
+        self.compacted.extend(removed);
         self.state.compacted = at;
         self.set_meta(meta_key::COMPACTED, &at.to_be_bytes());
         self.dirty = true;
@@ -206,6 +211,7 @@ impl<'a> WriteTxn<'a> {
             }
         }
         batch.commit()?;
+        self.garbage.push(std::mem::take(&mut self.compacted));
         if self.alarms_changed {
             self.raised
                 .store(alarm_bits(&self.state.alarms), Ordering::Release);

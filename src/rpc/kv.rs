@@ -180,11 +180,16 @@ impl Kv for KvService {
     ) -> Result<Response<CompactionResponse>, Status> {
         require_leader(&self.ctx.node, &req)?;
         let caller = self.ctx.caller(&req).await?;
-        let Outcome::Compaction(mut resp) =
-            self.write(caller, Op::Compaction(req.into_inner())).await?
-        else {
+        let req = req.into_inner();
+        let physical = req.physical;
+        let Outcome::Compaction(mut resp) = self.write(caller, Op::Compaction(req)).await? else {
             return Err(unexpected());
         };
+        // etcd's `physical`: answered once the compacted revisions are gone from this member's
+        // disk too (they are deleted in the background, in batches).
+        while physical && self.ctx.node.mvcc().compaction_pending() > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
         fill_header(&self.ctx.node, &mut resp.header);
         Ok(Response::new(resp))
     }
