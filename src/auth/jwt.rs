@@ -66,6 +66,7 @@ impl std::fmt::Debug for Jwt {
 #[derive(Serialize, Deserialize)]
 struct Es512Header {
     alg: String,
+    #[serde(default)]
     typ: String,
 }
 

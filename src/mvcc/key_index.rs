@@ -214,6 +214,16 @@ impl KeyIndex {
         removed
     }
 
+    /// Every revision the index holds at or below `at`: after a compaction at `at`, the records
+    /// below it that the store keeps (at most one per key).
+    pub fn revisions_through(&self, at: i64) -> Vec<Revision> {
+        self.keys
+            .values()
+            .flat_map(|history| history.iter().take_while(|kr| kr.rev.main <= at))
+            .map(|kr| kr.rev)
+            .collect()
+    }
+
     /// Number of keys with any history (live or tombstoned).
     pub fn len(&self) -> usize {
         self.keys.len()

@@ -47,6 +47,8 @@ pub struct MvccStore {
     state: Arc<RwLock<State>>,
     /// Compacted revisions still on disk, deleted in the background (see `garbage.rs`).
     garbage: Arc<super::garbage::Garbage>,
+    /// The thread deleting them, joined when the store is dropped.
+    deleter: Option<std::thread::JoinHandle<()>>,
     /// The raised alarm types as a bit set (bit `t` for type `t`), published by each commit:
     /// the write path checks it on every request and must not wait for the state lock, which
     /// an apply holds through its disk write.
@@ -66,7 +68,7 @@ impl MvccStore {
         let raised = AtomicU64::new(alarm_bits(&state.alarms));
         let (state, garbage) = super::garbage::shared(state);
         garbage.push(leftover);
-        super::garbage::start(
+        let deleter = super::garbage::start(
             storage.clone(),
             Arc::downgrade(&state),
             Arc::downgrade(&garbage),
@@ -77,6 +79,7 @@ impl MvccStore {
             failed: std::sync::atomic::AtomicBool::new(false),
             state,
             garbage,
+            deleter,
         })
     }
 
@@ -208,7 +211,10 @@ impl MvccStore {
     /// order, of every stored revision up to `at` as etcd lays it out (17-byte revision key,
     /// plus `t` for a tombstone, then the marshalled `KeyValue`; a tombstone's holds only the
     /// key). Revisions at or below the compacted one count only if they are some key's live
-    /// version at `at` (etcd's `keep` set; all of them if that set is empty). The same
+    /// version at `at` (etcd's `keep` set); if that set is empty, etcd counts every one still
+    /// in its database, which once its compaction is done are the ones the compaction kept:
+    /// here, the ones the key index still holds (records compacted but not yet deleted in the
+    /// background never count, so members agree whatever their deletion progress). The same
     /// operations give the same hash as etcd. Returns the hash, the compacted revision and the
     /// revision hashed (`at`, or the current one when `at` is 0).
     ///
@@ -224,11 +230,14 @@ impl MvccStore {
             return Err(Error::Compacted);
         }
         let compacted = state.compacted;
-        let keep: std::collections::HashSet<Revision> = state
+        let mut keep: std::collections::HashSet<Revision> = state
             .index
             .range(&KeyRange::From(Vec::new()), at)
             .map(|(_, kr)| kr.rev)
             .collect();
+        if keep.is_empty() {
+            keep.extend(state.index.revisions_through(compacted));
+        }
         let end = Revision::new(at.saturating_add(1), 0).to_bytes();
         // A view taken under the lock, read after it: one record at a time, however large the
         // keyspace, without holding up writes.
@@ -238,7 +247,7 @@ impl MvccStore {
         let corrupt = |k: &[u8]| StorageError(format!("corrupt kv record {k:?}"));
         view.for_each_below(Space::Kv, &end, |k, v| {
             let rev = Revision::from_bytes(k).ok_or_else(|| corrupt(k))?;
-            if rev.main <= compacted && !keep.is_empty() && !keep.contains(&rev) {
+            if rev.main <= compacted && !keep.contains(&rev) {
                 return Ok(());
             }
             let (tombstone, kv) = decode_record(v).map_err(|_| corrupt(k))?;
@@ -264,6 +273,16 @@ impl MvccStore {
         })
         .map_err(|_| Error::Storage)?;
         Ok((crc, compacted, at))
+    }
+}
+
+impl Drop for MvccStore {
+    /// Ends the deleting thread, so that nothing holds the storage open after the store.
+    fn drop(&mut self) {
+        self.garbage.stop();
+        if let Some(handle) = self.deleter.take() {
+            let _ = handle.join();
+        }
     }
 }
 

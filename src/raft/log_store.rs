@@ -177,7 +177,7 @@ fn write_err(e: impl std::fmt::Display) -> StorageError<u64> {
 
 /// Deletions per batch when purged entries are removed: each batch holds the log journal's lock
 /// for a moment only, so appends go on between batches.
-const PURGE_BATCH: u64 = 4096;
+const PURGE_BATCH: usize = 4096;
 
 /// Starts the thread that removes purged entries (the newest purge request wins when several
 /// are waiting); it ends when the last [`LogStore`] handle is dropped.
@@ -356,8 +356,7 @@ impl LogStore {
         addr: &str,
     ) -> Result<LogId<u64>, StorageError<u64>> {
         let vote: Option<Vote<u64>> = self.read_meta(VOTE)?;
-        let purged: Option<LogId<u64>> = self.read_meta(PURGED)?;
-        let last = self.last_log_id()?.or(purged);
+        let last = self.last_log_id()?;
         let term = vote
             .map_or(0, |v| v.leader_id.term)
             .max(last.map_or(0, |l| l.leader_id.term))
@@ -379,7 +378,9 @@ impl LogStore {
         Ok(entry.log_id)
     }
 
-    /// The id of the last entry in the log (appended, maybe not yet synced), if it holds any.
+    /// The id of the last entry in the log (appended, maybe not yet synced), or the purged id
+    /// when that is later: entries below it may still be on disk while the purge thread removes
+    /// them (after a snapshot past the whole log, say), and they are not the log's end.
     ///
     /// # Errors
     /// When the log cannot be read.
@@ -393,9 +394,15 @@ impl LogStore {
             Some(b) => Some(b),
             None => self.storage.last_log().map_err(read_err)?.map(|(_, b)| b),
         };
-        last_bytes
-            .map(|b| Ok(bincode::deserialize::<Entry>(&b).map_err(read_err)?.log_id))
+        let last = last_bytes
+            .map(|b| bincode::deserialize::<Entry>(&b).map(|e| e.log_id))
             .transpose()
+            .map_err(read_err)?;
+        let purged: Option<LogId<u64>> = self.read_meta(PURGED)?;
+        Ok(match (last, purged) {
+            (Some(l), Some(p)) if p.index > l.index => Some(p),
+            (last, purged) => last.or(purged),
+        })
     }
 }
 
@@ -404,7 +411,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<u64>> {
         let last_purged: Option<LogId<u64>> = self.read_meta(PURGED)?;
-        let last = self.last_log_id()?.or(last_purged);
+        let last = self.last_log_id()?;
         Ok(LogState {
             last_purged_log_id: last_purged,
             last_log_id: last,

@@ -181,13 +181,19 @@ impl Kv for KvService {
         require_leader(&self.ctx.node, &req)?;
         let caller = self.ctx.caller(&req).await?;
         let req = req.into_inner();
-        let physical = req.physical;
+        let (physical, revision) = (req.physical, req.revision);
         let Outcome::Compaction(mut resp) = self.write(caller, Op::Compaction(req)).await? else {
             return Err(unexpected());
         };
-        // etcd's `physical`: answered once the compacted revisions are gone from this member's
-        // disk too (they are deleted in the background, in batches).
-        while physical && self.ctx.node.mvcc().compaction_pending() > 0 {
+        // etcd's `physical`: answered once this member has applied the compaction and its
+        // compacted revisions are gone from its disk too (they are deleted in the background,
+        // in batches). Bounded, in case the deleting thread is gone.
+        let mvcc = self.ctx.node.mvcc();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(300);
+        while physical
+            && (mvcc.compacted_revision() < revision || mvcc.compaction_pending() > 0)
+            && tokio::time::Instant::now() < deadline
+        {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         fill_header(&self.ctx.node, &mut resp.header);

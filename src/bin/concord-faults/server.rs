@@ -60,6 +60,10 @@ impl Server {
             extra: vec![
                 "--experimental-lease-checkpoint-interval".into(),
                 "2s".into(),
+                // The workloads' channels ping every second (`client.rs`) to notice a dead
+                // member quickly; both servers are told to allow it.
+                "--grpc-keepalive-min-time".into(),
+                "1s".into(),
             ],
         })
     }
@@ -77,7 +81,11 @@ impl Server {
             String::from_utf8_lossy(&help.stdout),
             String::from_utf8_lossy(&help.stderr)
         );
-        let mut extra = vec!["--experimental-enable-lease-checkpoint".to_string()];
+        let mut extra = vec![
+            "--experimental-enable-lease-checkpoint".to_string(),
+            "--grpc-keepalive-min-time".into(),
+            "1s".into(),
+        ];
         if help.contains("--experimental-lease-checkpoint-interval") {
             extra.extend([
                 "--experimental-lease-checkpoint-interval".into(),
