@@ -53,16 +53,32 @@ impl<T> Coalesced<T> {
     }
 }
 
+/// Writes `buf[*written..]` to `io`, counting in `written` what went, until all of it has.
+fn poll_write_rest<T: AsyncWrite + Unpin>(
+    io: &mut T,
+    cx: &mut Context<'_>,
+    buf: &[u8],
+    written: &mut usize,
+) -> Poll<io::Result<()>> {
+    while *written < buf.len() {
+        let n = ready!(Pin::new(&mut *io).poll_write(cx, &buf[*written..]))?;
+        if n == 0 {
+            return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+        }
+        *written += n;
+    }
+    Poll::Ready(Ok(()))
+}
+
 impl<T: AsyncWrite + Unpin> Coalesced<T> {
     /// Writes out the whole buffer.
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.written < self.buf.len() {
-            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &self.buf[self.written..]))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            self.written += n;
-        }
+        ready!(poll_write_rest(
+            &mut self.io,
+            cx,
+            &self.buf,
+            &mut self.written
+        ))?;
         self.buf.clear();
         self.written = 0;
         self.yielded = false;
@@ -175,10 +191,9 @@ pub fn connector(
                 .trim_end_matches(']')
                 .to_string();
             let port = uri.port_u16().unwrap_or(80);
-            let timed_out = || io::Error::new(io::ErrorKind::TimedOut, "connect timed out");
             let stream = tokio::time::timeout(timeout, TcpStream::connect((host.as_str(), port)))
                 .await
-                .map_err(|_| timed_out())??;
+                .map_err(timed_out)??;
             stream.set_nodelay(true)?;
             if unacked.is_some() {
                 if let Err(e) = socket2::SockRef::from(&stream).set_tcp_user_timeout(unacked) {
@@ -188,13 +203,7 @@ pub fn connector(
             let stream = match tls {
                 None => MaybeTls::Plain(stream),
                 Some(config) => {
-                    let name = rustls::pki_types::ServerName::try_from(host)
-                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-                    let session = tokio_rustls::TlsConnector::from(config).connect(name, stream);
-                    let session = tokio::time::timeout(timeout, session)
-                        .await
-                        .map_err(|_| timed_out())??;
-                    MaybeTls::Tls(Box::new(session))
+                    MaybeTls::Tls(Box::new(tls_session(config, host, stream, timeout).await?))
                 }
             };
             Ok(TokioIo::new(Coalesced::new(stream)))
@@ -221,29 +230,41 @@ pub fn unix_connector(
     tower::service_fn(move |_: http::Uri| {
         let (path, tls) = (path.clone(), tls.clone());
         async move {
-            let timed_out = || io::Error::new(io::ErrorKind::TimedOut, "connect timed out");
             let stream = tokio::time::timeout(timeout, tokio::net::UnixStream::connect(&path))
                 .await
-                .map_err(|_| timed_out())??;
-            let Some(config) = tls else {
-                return Ok(TokioIo::new(Coalesced::new(MaybeTls::Unix(stream))));
+                .map_err(timed_out)??;
+            let stream = match tls {
+                None => MaybeTls::Unix(stream),
+                Some(config) => {
+                    let file = path.rsplit('/').next().unwrap_or(&path);
+                    let host = file.rsplit_once(':').map_or(file, |(host, _)| host);
+                    let session = tls_session(config, host.to_string(), stream, timeout).await?;
+                    MaybeTls::UnixTls(Box::new(session))
+                }
             };
-            let file = path.rsplit('/').next().unwrap_or(&path);
-            let host = file
-                .rsplit_once(':')
-                .map_or(file, |(host, _)| host)
-                .to_string();
-            let name = rustls::pki_types::ServerName::try_from(host)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-            let session = tokio_rustls::TlsConnector::from(config).connect(name, stream);
-            let session = tokio::time::timeout(timeout, session)
-                .await
-                .map_err(|_| timed_out())??;
-            Ok(TokioIo::new(Coalesced::new(MaybeTls::UnixTls(Box::new(
-                session,
-            )))))
+            Ok(TokioIo::new(Coalesced::new(stream)))
         }
     })
+}
+
+fn timed_out(_: tokio::time::error::Elapsed) -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "connect timed out")
+}
+
+/// A TLS client session over `stream` for server name `host`, its handshake done within
+/// `timeout`.
+async fn tls_session<S: AsyncRead + AsyncWrite + Unpin>(
+    config: std::sync::Arc<rustls::ClientConfig>,
+    host: String,
+    stream: S,
+    timeout: Duration,
+) -> io::Result<tokio_rustls::client::TlsStream<S>> {
+    let name = rustls::pki_types::ServerName::try_from(host)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let session = tokio_rustls::TlsConnector::from(config).connect(name, stream);
+    tokio::time::timeout(timeout, session)
+        .await
+        .map_err(timed_out)?
 }
 
 #[cfg(test)]

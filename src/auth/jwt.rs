@@ -269,19 +269,30 @@ fn verify_es512(keys: &Es512, token: &str) -> Option<Claims> {
 mod tests {
     use super::*;
 
-    fn key_files(dir: &std::path::Path) -> Result<(String, String), Box<dyn std::error::Error>> {
-        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    /// Writes a key pair's PEM files into `dir`; returns their paths (private, public).
+    fn pem_files(
+        dir: &std::path::Path,
+        private_pem: &str,
+        public_pem: &str,
+    ) -> std::io::Result<(String, String)> {
         let (private, public) = (dir.join("priv.pem"), dir.join("pub.pem"));
-        std::fs::write(&private, key.serialize_pem())?;
-        std::fs::write(&public, key.public_key_pem())?;
+        std::fs::write(&private, private_pem)?;
+        std::fs::write(&public, public_pem)?;
         Ok((private.display().to_string(), public.display().to_string()))
+    }
+
+    /// The ES512 test key pair's files in `dir`.
+    fn es512_files(dir: &std::path::Path) -> std::io::Result<(String, String)> {
+        use crate::auth::es512::tests::{PRIVATE, PUBLIC};
+        pem_files(dir, PRIVATE, PUBLIC)
     }
 
     #[test]
     fn a_token_signed_by_one_member_verifies_on_another() -> Result<(), Box<dyn std::error::Error>>
     {
         let dir = tempfile::tempdir()?;
-        let (private, public) = key_files(dir.path())?;
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+        let (private, public) = pem_files(dir.path(), &key.serialize_pem(), &key.public_key_pem())?;
         let signer = Jwt::from_options(&format!(
             "pub-key={public},priv-key={private},sign-method=ES256"
         ))?;
@@ -321,15 +332,6 @@ mod tests {
             Err(JwtError::Key(_))
         ));
         Ok(())
-    }
-
-    /// Writes the ES512 test key pair into `dir`.
-    fn es512_files(dir: &std::path::Path) -> std::io::Result<(String, String)> {
-        use crate::auth::es512::tests::{PRIVATE, PUBLIC};
-        let (private, public) = (dir.join("es512.key"), dir.join("es512.pub"));
-        std::fs::write(&private, PRIVATE)?;
-        std::fs::write(&public, PUBLIC)?;
-        Ok((private.display().to_string(), public.display().to_string()))
     }
 
     #[test]

@@ -499,6 +499,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_nanos(total.round() as u64))
 }
 
+/// The socket name of a `unix://name` or `unixs://name` URL (etcd's form: a socket file
+/// `name`, trailing slashes dropped); `None` for any other URL.
+pub fn unix_socket(url: &str) -> Option<&str> {
+    url.strip_prefix("unix://")
+        .or_else(|| url.strip_prefix("unixs://"))
+        .map(|name| name.trim_end_matches('/'))
+}
+
 /// Splits a comma-separated URL list.
 pub fn split_urls(s: &str) -> Vec<String> {
     s.split(',')

@@ -60,7 +60,7 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
 /// etcd's `checkBindURLs`: a listen URL names an IP address or `localhost` (Unix sockets aside).
 fn check_bind_urls(urls: &str) -> Result<(), String> {
     for url in split_urls(urls) {
-        if url.starts_with("unix://") || url.starts_with("unixs://") {
+        if super::unix_socket(&url).is_some() {
             continue;
         }
         let host = host_port(&url)?.0;
@@ -77,7 +77,7 @@ fn check_bind_urls(urls: &str) -> Result<(), String> {
 /// etcd's `checkHostURLs`: every URL has a host and a port.
 fn check_host_urls(urls: &str) -> Result<(), String> {
     for url in split_urls(urls) {
-        if url.starts_with("unix://") || url.starts_with("unixs://") {
+        if super::unix_socket(&url).is_some() {
             continue;
         }
         let (host, _) = host_port(&url)?;

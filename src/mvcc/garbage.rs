@@ -12,8 +12,7 @@
 //! deleted from the new one.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use super::store::State;
@@ -27,18 +26,25 @@ const BATCH: usize = 1000;
 const PAUSE: Duration = Duration::from_millis(1);
 
 /// The queue of revisions to delete.
+///
+/// It changes only under the state's write lock (a commit queues, an install clears), and the
+/// thread deletes under the read lock: a batch is deleted first and taken off the queue after,
+/// so what is queued is exactly what is still on disk.
 #[derive(Default)]
 pub(super) struct Garbage {
-    queue: Mutex<VecDeque<Revision>>,
+    queue: Mutex<Queue>,
     wake: Condvar,
-    /// Revisions queued or being deleted.
-    pending: AtomicUsize,
-    /// Set when the store is dropped: the thread ends (and lets go of the storage) at once.
-    stop: std::sync::atomic::AtomicBool,
+}
+
+#[derive(Default)]
+struct Queue {
+    revisions: VecDeque<Revision>,
+    /// Set when the store is dropped: the thread ends (and lets go of the storage).
+    stopped: bool,
 }
 
 impl Garbage {
-    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Revision>> {
+    fn queue(&self) -> MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -47,27 +53,24 @@ impl Garbage {
         if revisions.is_empty() {
             return;
         }
-        self.pending.fetch_add(revisions.len(), Ordering::AcqRel);
-        self.queue().extend(revisions);
+        self.queue().revisions.extend(revisions);
         self.wake.notify_one();
     }
 
     /// Forgets every queued revision (the state was replaced). Called with the state locked
     /// for writing, so no batch is being deleted.
     pub(super) fn clear(&self) {
-        self.queue().clear();
-        self.pending.store(0, Ordering::Release);
+        self.queue().revisions.clear();
     }
 
-    /// Revisions still to delete.
+    /// Revisions still on disk.
     pub(super) fn pending(&self) -> usize {
-        self.pending.load(Ordering::Acquire)
+        self.queue().revisions.len()
     }
 
     /// Tells the thread to end.
     pub(super) fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
-        let _queue = self.queue();
+        self.queue().stopped = true;
         self.wake.notify_all();
     }
 }
@@ -75,8 +78,8 @@ impl Garbage {
 /// Starts the thread deleting `garbage` from `storage`; it ends on [`Garbage::stop`].
 pub(super) fn start(
     storage: Storage,
-    state: Weak<RwLock<State>>,
-    garbage: Weak<Garbage>,
+    state: Arc<RwLock<State>>,
+    garbage: Arc<Garbage>,
 ) -> Option<std::thread::JoinHandle<()>> {
     let spawned = std::thread::Builder::new()
         .name("mvcc-compaction".into())
@@ -90,18 +93,12 @@ pub(super) fn start(
     }
 }
 
-fn run(storage: &Storage, state: &Weak<RwLock<State>>, garbage: &Weak<Garbage>) {
+fn run(storage: &Storage, state: &RwLock<State>, garbage: &Garbage) {
     let mut round: Option<(std::time::Instant, usize)> = None;
     loop {
-        let Some(g) = garbage.upgrade() else {
-            return;
-        };
-        if g.stop.load(Ordering::Acquire) {
-            return;
-        }
         {
-            let queue = g.queue();
-            if queue.is_empty() {
+            let mut queue = garbage.queue();
+            while queue.revisions.is_empty() && !queue.stopped {
                 if let Some((started, deleted)) = round.take() {
                     tracing::info!(
                         deleted,
@@ -109,25 +106,26 @@ fn run(storage: &Storage, state: &Weak<RwLock<State>>, garbage: &Weak<Garbage>) 
                         "finished deleting compacted revisions"
                     );
                 }
-                // Wakes to notice a dropped store too.
-                let _ = g.wake.wait_timeout(queue, Duration::from_millis(200));
-                continue;
+                queue = garbage.wake.wait(queue).unwrap_or_else(|p| p.into_inner());
+            }
+            if queue.stopped {
+                return;
             }
         }
         if round.is_some() {
             std::thread::sleep(PAUSE);
         }
-        let Some(state) = state.upgrade() else {
-            return;
-        };
         let Ok(_readers_only) = state.read() else {
             return;
         };
-        let batch: Vec<Revision> = {
-            let mut queue = g.queue();
-            let n = queue.len().min(BATCH);
-            queue.drain(..n).collect()
-        };
+        // An install may have cleared the queue since it was looked at.
+        let batch: Vec<Revision> = garbage
+            .queue()
+            .revisions
+            .iter()
+            .take(BATCH)
+            .copied()
+            .collect();
         let mut writes = storage.batch();
         for rev in &batch {
             writes.remove(Space::Kv, &rev.to_bytes());
@@ -136,16 +134,10 @@ fn run(storage: &Storage, state: &Weak<RwLock<State>>, garbage: &Weak<Garbage>) 
             // Left on disk: found again by the next start's index rebuild.
             tracing::warn!(error = %e, "deleting compacted revisions");
         }
-        // Still under the lock, so that a `clear` cannot come in between.
-        g.pending.fetch_sub(batch.len(), Ordering::AcqRel);
+        garbage.queue().revisions.drain(..batch.len());
         let (_, deleted) = round.get_or_insert((std::time::Instant::now(), 0));
         *deleted += batch.len();
     }
-}
-
-/// Creates a queue and a state shared with its thread.
-pub(super) fn shared(state: State) -> (Arc<RwLock<State>>, Arc<Garbage>) {
-    (Arc::new(RwLock::new(state)), Arc::new(Garbage::default()))
 }
 
 #[cfg(test)]
@@ -185,6 +177,22 @@ mod tests {
         Ok(())
     }
 
+    /// What a crash right after a compaction leaves: `keys` keys written three times (and all
+    /// deleted, with `delete_all`), the compacted revision recorded, every record still there.
+    fn crashed_after_compaction(storage: &Storage, keys: usize, delete_all: bool) -> TestResult {
+        let store = MvccStore::open(storage.clone())?;
+        write_versions(&store, keys)?;
+        let mut w = store.write()?;
+        if delete_all {
+            w.delete_range(&crate::mvcc::KeyRange::From(Vec::new()), false)?;
+            w.end_request();
+        }
+        let at = w.read_revision();
+        w.set_meta(crate::storage::meta_key::COMPACTED, &at.to_be_bytes());
+        w.commit()?;
+        Ok(())
+    }
+
     #[test]
     fn compacted_records_are_deleted_after_the_compaction_commits() -> TestResult {
         let dir = tempfile::tempdir()?;
@@ -193,7 +201,7 @@ mod tests {
         write_versions(&store, 5000)?;
         assert_eq!(storage.scan(Space::Kv)?.len(), 15_000);
         let mut w = store.write()?;
-        w.compact(store_current(&w))?;
+        w.compact(w.read_revision())?;
         w.commit()?;
         wait_drained(&store)?;
         // Each key's last version is all that is left, and it still reads.
@@ -207,29 +215,21 @@ mod tests {
         Ok(())
     }
 
-    fn store_current(w: &crate::mvcc::WriteTxn<'_>) -> i64 {
-        w.read_revision()
-    }
-
     #[test]
     fn hash_kv_does_not_depend_on_how_far_the_deletion_got() -> TestResult {
         let dir = tempfile::tempdir()?;
         let storage = Storage::open(dir.path())?;
-        {
-            let store = MvccStore::open(storage.clone())?;
-            write_versions(&store, 300)?;
-            // Every key deleted: no key is live, etcd's `keep` set is empty.
-            let mut w = store.write()?;
-            w.delete_range(&crate::mvcc::KeyRange::From(Vec::new()), false)?;
-            w.end_request();
-            let at = w.read_revision();
-            w.set_meta(crate::storage::meta_key::COMPACTED, &at.to_be_bytes());
-            w.commit()?;
-        }
+        // Every key deleted: no key is live, etcd's `keep` set is empty.
+        crashed_after_compaction(&storage, 300, true)?;
+        let before = {
+            let kept = MvccStore::open_keeping_compacted(storage.clone())?;
+            assert_eq!(kept.compaction_pending(), 1200, "nothing deleted yet");
+            kept.hash_kv(0)?
+        };
         let store = MvccStore::open(storage.clone())?;
-        let early = store.hash_kv(0)?;
         wait_drained(&store)?;
-        assert_eq!(store.hash_kv(0)?, early);
+        assert_eq!(storage.scan(Space::Kv)?.len(), 0);
+        assert_eq!(store.hash_kv(0)?, before);
         Ok(())
     }
 
@@ -237,17 +237,12 @@ mod tests {
     fn records_a_crash_left_behind_are_found_again_at_start() -> TestResult {
         let dir = tempfile::tempdir()?;
         let storage = Storage::open(dir.path())?;
-        {
-            let store = MvccStore::open(storage.clone())?;
-            write_versions(&store, 100)?;
-            // What a crash right after a compaction leaves: the compacted revision recorded,
-            // every record still there.
-            let mut w = store.write()?;
-            let at = w.read_revision();
-            w.set_meta(crate::storage::meta_key::COMPACTED, &at.to_be_bytes());
-            w.commit()?;
-        }
+        crashed_after_compaction(&storage, 100, false)?;
         assert_eq!(storage.scan(Space::Kv)?.len(), 300);
+        assert_eq!(
+            MvccStore::open_keeping_compacted(storage.clone())?.compaction_pending(),
+            200
+        );
         let store = MvccStore::open(storage.clone())?;
         wait_drained(&store)?;
         assert_eq!(storage.scan(Space::Kv)?.len(), 100);

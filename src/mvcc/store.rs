@@ -9,6 +9,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use prost::Message;
 
+use super::garbage::Garbage;
 use super::records::{
     alarm_bit, alarm_bits, decode_alarm_key, decode_as, decode_lease, decode_record, key_value,
     to_event, IndexFields,
@@ -46,7 +47,7 @@ pub struct MvccStore {
     storage: Storage,
     state: Arc<RwLock<State>>,
     /// Compacted revisions still on disk, deleted in the background (see `garbage.rs`).
-    garbage: Arc<super::garbage::Garbage>,
+    garbage: Arc<Garbage>,
     /// The thread deleting them, joined when the store is dropped.
     deleter: Option<std::thread::JoinHandle<()>>,
     /// The raised alarm types as a bit set (bit `t` for type `t`), published by each commit:
@@ -64,15 +65,24 @@ impl MvccStore {
     /// # Errors
     /// On a read failure or a corrupt record.
     pub fn open(storage: Storage) -> StorageResult<Self> {
+        Self::open_deleting(storage, true)
+    }
+
+    /// As [`MvccStore::open`], with compacted revisions left on disk (no deleting thread): what
+    /// a store holds before its deletion has got anywhere.
+    #[cfg(test)]
+    pub(super) fn open_keeping_compacted(storage: Storage) -> StorageResult<Self> {
+        Self::open_deleting(storage, false)
+    }
+
+    fn open_deleting(storage: Storage, delete: bool) -> StorageResult<Self> {
         let (state, leftover) = load_state(&storage)?;
         let raised = AtomicU64::new(alarm_bits(&state.alarms));
-        let (state, garbage) = super::garbage::shared(state);
+        let (state, garbage) = (Arc::new(RwLock::new(state)), Arc::<Garbage>::default());
         garbage.push(leftover);
-        let deleter = super::garbage::start(
-            storage.clone(),
-            Arc::downgrade(&state),
-            Arc::downgrade(&garbage),
-        );
+        let deleter = delete
+            .then(|| super::garbage::start(storage.clone(), state.clone(), garbage.clone()))
+            .flatten();
         Ok(MvccStore {
             storage,
             raised,

@@ -99,8 +99,7 @@ impl<'a> WriteTxn<'a> {
             return Err(Error::FutureRevision);
         }
         // Their records are deleted in the background once this batch commits (`garbage.rs`).
-        let removed = self.state.index.compact(at);
-        self.compacted.extend(removed);
+        self.compacted.extend(self.state.index.compact(at));
         self.state.compacted = at;
         self.set_meta(meta_key::COMPACTED, &at.to_be_bytes());
         self.dirty = true;

@@ -35,8 +35,9 @@ use openraft::ServerState;
 use super::{first_url, RaftNode};
 use crate::pb::concordpb::{PreVoteReply, PreVoteRequest};
 
-/// `leader_heard` before this member has heard any leader since it started: it grants
-/// PreVotes at once (etcd: a member with no leader is in no lease).
+/// `leader_heard` of a member restarted on its own data before it hears any leader (see
+/// [`Elector::mark_restarted`]): it grants PreVotes at once (etcd: a member with no leader is
+/// in no lease). Only `mark_restarted` sets it.
 const NEVER: u64 = u64::MAX;
 
 /// One member's election clock and CheckQuorum state.
@@ -50,8 +51,6 @@ pub struct Elector {
     timer: AtomicU64,
     /// Set while this member leads but has not heard from a majority within an election timeout.
     quorum_lost: AtomicBool,
-    /// Whether the first election timeout is fast-forwarded (see [`Elector::mark_restarted`]).
-    advanced: AtomicBool,
     election: Duration,
     heartbeat: Duration,
 }
@@ -67,7 +66,6 @@ impl Elector {
             leader_heard: AtomicU64::new(0),
             timer: AtomicU64::new(0),
             quorum_lost: AtomicBool::new(false),
-            advanced: AtomicBool::new(false),
             election,
             heartbeat,
         }
@@ -79,7 +77,6 @@ impl Elector {
     /// elected within about a heartbeat. Called once, before the election timer starts.
     pub fn mark_restarted(&self) {
         self.leader_heard.store(NEVER, Ordering::Relaxed);
-        self.advanced.store(true, Ordering::Relaxed);
     }
 
     fn now(&self) -> u64 {
@@ -120,7 +117,7 @@ impl Elector {
     /// about a heartbeat rather than a whole election timeout (etcd's tick advance waits for
     /// its peers to connect for the same reason).
     fn restarting(&self) -> bool {
-        self.advanced.load(Ordering::Relaxed) && self.leader_heard.load(Ordering::Relaxed) == NEVER
+        self.leader_heard.load(Ordering::Relaxed) == NEVER
     }
 
     /// A retry delay in `[H, 2H)` for a restarting member's lost PreVote (the jitter keeps two
@@ -204,7 +201,7 @@ impl RaftNode {
             // heartbeat and half an election timeout. A member restarted into a healthy cluster
             // hears its leader first, and PreVote keeps it from disturbing that leader if not.
             let mut timeout = match node.upgrade() {
-                Some(n) if n.elector.advanced.load(Ordering::Relaxed) => {
+                Some(n) if n.elector.restarting() => {
                     n.elector.random_timeout(&mut seed) - n.options.election + n.options.heartbeat
                 }
                 Some(n) => n.elector.random_timeout(&mut seed),

@@ -398,8 +398,7 @@ impl LogStore {
             .map(|b| bincode::deserialize::<Entry>(&b).map(|e| e.log_id))
             .transpose()
             .map_err(read_err)?;
-        let purged: Option<LogId<u64>> = self.read_meta(PURGED)?;
-        Ok(match (last, purged) {
+        Ok(match (last, self.read_meta::<LogId<u64>>(PURGED)?) {
             (Some(l), Some(p)) if p.index > l.index => Some(p),
             (last, purged) => last.or(purged),
         })

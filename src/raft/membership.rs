@@ -74,10 +74,7 @@ fn validate_urls(urls: &[String]) -> Result<Vec<String>> {
         return Err(Error::MemberBadUrls);
     }
     for u in urls {
-        if let Some(name) = u
-            .strip_prefix("unix://")
-            .or_else(|| u.strip_prefix("unixs://"))
-        {
+        if let Some(name) = crate::config::unix_socket(u) {
             if name.is_empty() {
                 return Err(Error::MemberBadUrls);
             }

@@ -41,20 +41,14 @@ pub fn peer_channel(
     unacked: Duration,
     tls: Option<Arc<rustls::ClientConfig>>,
 ) -> Result<EagerChannel, tonic::transport::Error> {
-    let unix = addr
-        .strip_prefix("unix://")
-        .map(|path| (path, None))
-        .or_else(|| {
-            addr.strip_prefix("unixs://")
-                .map(|path| (path, tls.clone()))
-        });
-    if let Some((path, tls)) = unix {
+    let tls = tls.filter(|_| crate::tls::is_https(addr));
+    if let Some(path) = crate::config::unix_socket(addr) {
         return Ok(eager(
             Endpoint::from_static("http://unix.socket")
                 .http2_keep_alive_interval(Duration::from_secs(5))
                 .keep_alive_timeout(Duration::from_secs(5))
                 .connect_with_connector_lazy(crate::transport::unix_connector(
-                    path.trim_end_matches('/').to_string(),
+                    path.to_string(),
                     Duration::from_millis(500),
                     tls,
                 )),
@@ -65,7 +59,6 @@ pub fn peer_channel(
         Some(rest) => format!("http://{rest}"),
         None => addr.to_string(),
     };
-    let tls = tls.filter(|_| crate::tls::is_https(addr));
     Ok(eager(
         Endpoint::from_shared(plain)?
             .http2_keep_alive_interval(Duration::from_secs(5))

@@ -70,11 +70,7 @@ pub struct SocketOpts {
 pub async fn bind_all(urls: &str, opts: SocketOpts) -> anyhow::Result<Vec<Bound>> {
     let mut out = Vec::new();
     for url in config::split_urls(urls) {
-        if let Some(path) = url
-            .strip_prefix("unix://")
-            .or_else(|| url.strip_prefix("unixs://"))
-        {
-            let path = path.trim_end_matches('/');
+        if let Some(path) = config::unix_socket(&url) {
             // As etcd: a socket file left by an earlier run is replaced.
             match std::fs::remove_file(path) {
                 Ok(()) => {}
@@ -148,67 +144,48 @@ pub fn tls_for(
 /// `shutdown`; with `ping`, clients pinging more often than that get GOAWAY (see
 /// [`crate::transport::PingPolicy`]).
 macro_rules! serve_on {
+    // Every accepted connection: writes coalesced, pings policed.
+    (@incoming $router:expr, $incoming:expr, $ping:expr, $shutdown:expr) => {
+        $router
+            .serve_with_incoming_shutdown(
+                $incoming.map(|conn| {
+                    conn.map(|c| {
+                        $crate::transport::PingPolicy::new(
+                            $crate::transport::Coalesced::new(c),
+                            $ping,
+                        )
+                    })
+                }),
+                $shutdown,
+            )
+            .await
+    };
     ($router:expr, $listener:expr, $tls:expr, $shutdown:expr) => {
         $crate::server::listeners::serve_on!($router, $listener, $tls, $shutdown, None)
     };
-    ($router:expr, $listener:expr, $tls:expr, $shutdown:expr, $ping:expr) => {
+    ($router:expr, $listener:expr, $tls:expr, $shutdown:expr, $ping:expr) => {{
+        use $crate::server::listeners::Listener;
+        use $crate::tls::accept::incoming;
         match ($listener, $tls) {
-            ($crate::server::listeners::Listener::Tcp(l), None) => {
-                let incoming = tonic::transport::server::TcpIncoming::from(l)
-                    .with_nodelay(Some(true))
-                    .map(|conn| {
-                        conn.map(|c| {
-                            $crate::transport::PingPolicy::new(
-                                $crate::transport::Coalesced::new(c),
-                                $ping,
-                            )
-                        })
-                    });
-                $router
-                    .serve_with_incoming_shutdown(incoming, $shutdown)
-                    .await
+            (Listener::Tcp(l), None) => {
+                let plain = tonic::transport::server::TcpIncoming::from(l);
+                let plain = plain.with_nodelay(Some(true));
+                $crate::server::listeners::serve_on!(@incoming $router, plain, $ping, $shutdown)
             }
-            ($crate::server::listeners::Listener::Tcp(l), Some(tls)) => {
-                let incoming = $crate::tls::accept::incoming(l, tls).map(|conn| {
-                    conn.map(|c| {
-                        $crate::transport::PingPolicy::new(
-                            $crate::transport::Coalesced::new(c),
-                            $ping,
-                        )
-                    })
-                });
-                $router
-                    .serve_with_incoming_shutdown(incoming, $shutdown)
-                    .await
+            (Listener::Tcp(l), Some(tls)) => {
+                let secure = incoming(l, tls);
+                $crate::server::listeners::serve_on!(@incoming $router, secure, $ping, $shutdown)
             }
-            ($crate::server::listeners::Listener::Unix(l), Some(tls)) => {
-                let incoming = $crate::tls::accept::incoming(l, tls).map(|conn| {
-                    conn.map(|c| {
-                        $crate::transport::PingPolicy::new(
-                            $crate::transport::Coalesced::new(c),
-                            $ping,
-                        )
-                    })
-                });
-                $router
-                    .serve_with_incoming_shutdown(incoming, $shutdown)
-                    .await
+            (Listener::Unix(l), None) => {
+                let plain = tokio_stream::wrappers::UnixListenerStream::new(l);
+                $crate::server::listeners::serve_on!(@incoming $router, plain, $ping, $shutdown)
             }
-            ($crate::server::listeners::Listener::Unix(l), None) => {
-                let incoming = tokio_stream::wrappers::UnixListenerStream::new(l).map(|conn| {
-                    conn.map(|c| {
-                        $crate::transport::PingPolicy::new(
-                            $crate::transport::Coalesced::new(c),
-                            $ping,
-                        )
-                    })
-                });
-                $router
-                    .serve_with_incoming_shutdown(incoming, $shutdown)
-                    .await
+            (Listener::Unix(l), Some(tls)) => {
+                let secure = incoming(l, tls);
+                $crate::server::listeners::serve_on!(@incoming $router, secure, $ping, $shutdown)
             }
         }
-    };
+    }};
 }
 pub(crate) use serve_on;
 

@@ -359,32 +359,14 @@ impl Storage {
         }
     }
 
-    /// Removes every log entry at or below `upto`, in batches of `batch` deletions, walking the
-    /// keys that exist (the log may have a gap below a snapshot it installed); not synced:
+    /// Removes every log entry at or below `upto`, in batches of `batch` deletions; not synced:
     /// entries left by a crash are below the purged index, never read, and removed by the next
     /// purge. Returns how many entries were removed.
     ///
     /// # Errors
     /// On a read or write failure.
     pub fn remove_log_prefix(&self, upto: u64, batch: usize) -> StorageResult<u64> {
-        let mut removed = 0u64;
-        loop {
-            let keys: Vec<Vec<u8>> = self
-                .raft_log
-                .range(..=upto.to_be_bytes())
-                .take(batch.max(1))
-                .map(|guard| guard.key().map(|k| k.to_vec()))
-                .collect::<Result<_, _>>()?;
-            if keys.is_empty() {
-                return Ok(removed);
-            }
-            let mut b = self.log_db.batch();
-            for k in &keys {
-                b.remove(&self.raft_log, k.as_slice());
-            }
-            b.commit()?;
-            removed += keys.len() as u64;
-        }
+        self.remove_log_entries(0..=upto, batch)
     }
 
     /// Removes the log entries whose index is in `range`; synced before returning.
@@ -392,16 +374,43 @@ impl Storage {
     /// # Errors
     /// On a write or fsync failure.
     pub fn remove_log(&self, range: std::ops::RangeInclusive<u64>) -> StorageResult<()> {
-        let mut batch = self.log_db.batch();
-        for guard in self
-            .raft_log
-            .range(range.start().to_be_bytes()..=range.end().to_be_bytes())
-        {
-            let k = guard.key()?;
-            batch.remove(&self.raft_log, k);
-        }
-        batch.commit()?;
+        self.remove_log_entries(range, usize::MAX)?;
         self.persist_log()
+    }
+
+    /// Removes the entries of `range` that exist (the log may have a gap below a snapshot it
+    /// installed), `batch` per write batch, each batch's scan starting after the last key
+    /// removed (not again over the deletions just made). Returns how many went.
+    fn remove_log_entries(
+        &self,
+        range: std::ops::RangeInclusive<u64>,
+        batch: usize,
+    ) -> StorageResult<u64> {
+        let (mut from, to) = (*range.start(), *range.end());
+        let mut removed = 0u64;
+        while from <= to {
+            let keys: Vec<Vec<u8>> = self
+                .raft_log
+                .range(from.to_be_bytes()..=to.to_be_bytes())
+                .take(batch.max(1))
+                .map(|guard| guard.key().map(|k| k.to_vec()))
+                .collect::<Result<_, _>>()?;
+            let Some(last) = keys.last() else {
+                break;
+            };
+            let last = decode_index(last)?;
+            let mut b = self.log_db.batch();
+            for k in &keys {
+                b.remove(&self.raft_log, k.as_slice());
+            }
+            b.commit()?;
+            removed += keys.len() as u64;
+            match last.checked_add(1) {
+                Some(next) => from = next,
+                None => break,
+            }
+        }
+        Ok(removed)
     }
 
     /// Writes a Raft metadata value (vote, purged) and syncs it.

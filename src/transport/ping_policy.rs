@@ -206,13 +206,7 @@ impl<T: AsyncWrite + Unpin> PingPolicy<T> {
             return Poll::Ready(Ok(()));
         }
         if let State::GoingAway(frame, written) = &mut p.state {
-            while *written < frame.len() {
-                let n = ready!(Pin::new(&mut self.io).poll_write(cx, &frame[*written..]))?;
-                if n == 0 {
-                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-                }
-                *written += n;
-            }
+            ready!(super::poll_write_rest(&mut self.io, cx, frame, written))?;
             ready!(Pin::new(&mut self.io).poll_flush(cx))?;
             tracing::warn!(
                 "closed a client connection: too many pings (--grpc-keepalive-min-time)"

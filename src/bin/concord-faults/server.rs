@@ -50,6 +50,10 @@ pub struct Member<'a> {
     pub failpoints: &'a Path,
 }
 
+/// The workloads' channels ping every second (`client.rs`) to notice a dead member quickly;
+/// both servers are told to allow it (etcd's and Concord's default minimum is 5 s).
+const ALLOW_CLIENT_PINGS: [&str; 2] = ["--grpc-keepalive-min-time", "1s"];
+
 impl Server {
     /// The `concord` binary at `path`.
     pub fn concord(path: &Path) -> Result<Server> {
@@ -57,14 +61,14 @@ impl Server {
             kind: Kind::Concord,
             path: std::fs::canonicalize(path)
                 .with_context(|| format!("no concord binary at {}", path.display()))?,
-            extra: vec![
-                "--experimental-lease-checkpoint-interval".into(),
-                "2s".into(),
-                // The workloads' channels ping every second (`client.rs`) to notice a dead
-                // member quickly; both servers are told to allow it.
-                "--grpc-keepalive-min-time".into(),
-                "1s".into(),
-            ],
+            extra: [
+                "--experimental-lease-checkpoint-interval",
+                "2s",
+                ALLOW_CLIENT_PINGS[0],
+                ALLOW_CLIENT_PINGS[1],
+            ]
+            .map(String::from)
+            .to_vec(),
         })
     }
 
@@ -81,11 +85,8 @@ impl Server {
             String::from_utf8_lossy(&help.stdout),
             String::from_utf8_lossy(&help.stderr)
         );
-        let mut extra = vec![
-            "--experimental-enable-lease-checkpoint".to_string(),
-            "--grpc-keepalive-min-time".into(),
-            "1s".into(),
-        ];
+        let mut extra = vec!["--experimental-enable-lease-checkpoint".to_string()];
+        extra.extend(ALLOW_CLIENT_PINGS.map(String::from));
         if help.contains("--experimental-lease-checkpoint-interval") {
             extra.extend([
                 "--experimental-lease-checkpoint-interval".into(),
