@@ -11,21 +11,12 @@ The per-key cost is the slope between the smallest and the largest key count.
         --concord target/release/concord --bench target/release/concord-bench --out benches/large/
 """
 
-import argparse
 import os
 import shutil
 import tempfile
 import time
 
-from members import load, member, save, stop, wait_healthy
-
-
-def rss_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+from members import arguments, load, member, rss_mib, save, servers, stop, wait_healthy
 
 
 def steady_rss(server, etcdctl, bench, keys, value_size, work, extra):
@@ -50,25 +41,24 @@ def steady_rss(server, etcdctl, bench, keys, value_size, work, extra):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--etcd-dir", required=True)
-    ap.add_argument("--concord", required=True)
-    ap.add_argument("--bench", required=True)
+    ap = arguments(__doc__)
     ap.add_argument("--keys", default="250000,1000000,2000000")
     ap.add_argument("--value-size", type=int, default=16)
     ap.add_argument("--caches", default="8388608,67108864",
                     help="Concord's --storage-cache-bytes values to try")
-    ap.add_argument("--work", default="/var/tmp")
-    ap.add_argument("--out")
     args = ap.parse_args()
     etcdctl = os.path.join(args.etcd_dir, "etcdctl")
     counts = [int(k) for k in args.keys.split(",")]
-    servers = [("etcd 3.5.1", os.path.join(args.etcd_dir, "etcd"), [])]
-    for cache in args.caches.split(","):
-        servers.append((f"Concord, cache {int(cache) >> 20} MiB", args.concord,
-                        ["--storage-cache-bytes", cache]))
+    runs = []
+    for label, binary in servers(args):
+        if binary != args.concord:
+            runs.append((label, binary, []))
+            continue
+        for cache in args.caches.split(","):
+            runs.append((f"{label}, cache {int(cache) >> 20} MiB", binary,
+                         ["--storage-cache-bytes", cache]))
     rows = []
-    for label, binary, extra in servers:
+    for label, binary, extra in runs:
         rss = {n: steady_rss(binary, etcdctl, args.bench, n, args.value_size, args.work, extra)
                for n in counts}
         lo, hi = counts[0], counts[-1]

@@ -12,7 +12,6 @@ the compaction and the defragmentation took.
         --concord target/release/concord --bench target/release/concord-bench --out benches/large/
 """
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -20,7 +19,7 @@ import tempfile
 import threading
 import time
 
-from members import load, member, save, status, stop, wait_healthy
+from members import arguments, load, member, save, servers, status, stop, wait_healthy
 
 
 
@@ -71,23 +70,15 @@ def run(label, server, etcdctl, bench, keys, value_size, versions, rate, work):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--etcd-dir", required=True)
-    ap.add_argument("--concord", required=True)
-    ap.add_argument("--bench", required=True)
+    ap = arguments(__doc__)
     ap.add_argument("--keys", type=int, default=200_000)
     ap.add_argument("--value-size", type=int, default=1024)
     ap.add_argument("--versions", type=int, default=3)
     ap.add_argument("--rate", type=int, default=1000)
-    ap.add_argument("--work", default="/var/tmp")
-    ap.add_argument("--out")
-    ap.add_argument("--only", choices=["etcd", "concord"], help="run one server only")
     a = ap.parse_args()
     etcdctl = f"{a.etcd_dir}/etcdctl"
     rows = []
-    for label, server in (("etcd 3.5.1", f"{a.etcd_dir}/etcd"), ("Concord", a.concord)):
-        if a.only and not label.lower().startswith(a.only):
-            continue
+    for label, server in servers(a):
         rows.append(run(label, server, etcdctl, a.bench, a.keys, a.value_size, a.versions, a.rate, a.work))
         print(json.dumps(rows[-1]), flush=True)
     table = ("| server | phase | took (s) | put p99 (ms) | p99.9 (ms) | longest put (ms) | errors |\n"

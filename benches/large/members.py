@@ -1,6 +1,7 @@
 """What the large-state benchmarks share: starting a member (etcd or Concord, etcd's flags),
 waiting for it, stopping members, loading keys, and writing the results."""
 
+import argparse
 import json
 import os
 import signal
@@ -71,3 +72,35 @@ def save(out, name, rows, table):
         json.dump(rows, f, indent=1)
     with open(f"{out}/{name}-{stamp}.md", "w") as f:
         f.write(table)
+
+
+def rss_mib(pid):
+    """The resident memory of process `pid` in MiB (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def arguments(doc):
+    """The command line every large-state benchmark takes (the binaries, a work dir, where the
+    results go, one server only); each script adds its own sizes."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--etcd-dir", required=True)
+    ap.add_argument("--concord", required=True)
+    ap.add_argument("--bench", required=True)
+    ap.add_argument("--work", default="/var/tmp")
+    ap.add_argument("--out")
+    ap.add_argument("--only", choices=["etcd", "concord"], help="run one server only")
+    return ap
+
+
+def servers(a):
+    """(label, binary) of the servers to run: etcd's and Concord's, or the one `--only` names."""
+    both = [("etcd 3.5.1", os.path.join(a.etcd_dir, "etcd")), ("Concord", a.concord)]
+    return [(label, binary) for label, binary in both
+            if not a.only or label.lower().startswith(a.only)]

@@ -12,7 +12,6 @@ sender's and the newcomer's peak RSS meanwhile (sampled every 20 ms from /proc).
         --concord target/release/concord --bench target/release/concord-bench --out benches/large/
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -21,18 +20,7 @@ import tempfile
 import threading
 import time
 
-from members import load, member, save, status, stop, wait_healthy
-
-
-def rss_mib(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
+from members import arguments, load, member, rss_mib, save, servers, status, stop, wait_healthy
 
 
 class Peak:
@@ -117,21 +105,13 @@ def run(label, server, etcdctl, bench, keys, value_size, work):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--etcd-dir", required=True)
-    ap.add_argument("--concord", required=True)
-    ap.add_argument("--bench", required=True)
+    ap = arguments(__doc__)
     ap.add_argument("--keys", type=int, default=65536)
     ap.add_argument("--value-size", type=int, default=16384)
-    ap.add_argument("--work", default="/var/tmp")
-    ap.add_argument("--out")
-    ap.add_argument("--only", choices=["etcd", "concord"])
     a = ap.parse_args()
     etcdctl = f"{a.etcd_dir}/etcdctl"
     rows = []
-    for label, server in (("etcd 3.5.1", f"{a.etcd_dir}/etcd"), ("Concord", a.concord)):
-        if a.only and not label.lower().startswith(a.only):
-            continue
+    for label, server in servers(a):
         rows.append(run(label, server, etcdctl, a.bench, a.keys, a.value_size, a.work))
         print(json.dumps(rows[-1]), flush=True)
     cols = ["load_s", "rss_after_load_mib", "snapshot_save_s", "snapshot_save_rss_above_mib",
