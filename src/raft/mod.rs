@@ -253,6 +253,32 @@ impl RaftNode {
         Ok(node)
     }
 
+    /// Tells every other member that this one has started (the `Hello` peer message), so that
+    /// a leader which could not reach it sends its next append at once. Each greeting is sent
+    /// once, in the background, and may be lost: the leader then tries at its usual interval.
+    pub fn greet_peers(&self) {
+        let (nodes, _) = self.members();
+        for (id, addr) in nodes {
+            if id == self.id {
+                continue;
+            }
+            let Ok(mut client) = self.peers.client(first_url(&addr)) else {
+                continue;
+            };
+            let mut req =
+                tonic::Request::new(crate::pb::concordpb::HelloRequest { member: self.id });
+            req.set_timeout(self.options.election);
+            if let Ok(v) = format!("{:x}", self.cluster_id).parse() {
+                req.metadata_mut().insert(network::CLUSTER_ID_KEY, v);
+            }
+            tokio::spawn(async move {
+                if let Err(e) = client.hello(req).await {
+                    tracing::debug!(peer = format!("{id:x}"), error = %e, "hello not delivered");
+                }
+            });
+        }
+    }
+
     /// Bootstraps a new cluster with `members` (id → peer URL) if this member has no state yet.
     /// Every initial member may call it: the same membership is written by all.
     ///

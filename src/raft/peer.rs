@@ -14,9 +14,9 @@ use crate::apply::Command;
 use crate::error::Error;
 use crate::pb::concordpb::raft_peer_server::RaftPeer;
 use crate::pb::concordpb::{
-    ForwardResponse, LeaseRenewResponse, LeaseTimeToLiveReply, MemberChange, MemberChangeReply,
-    MembersReply, MembersRequest, PreVoteReply, PreVoteRequest, RaftPayload, ReadIndexRequest,
-    ReadIndexResponse, TimeoutNowReply, TimeoutNowRequest,
+    ForwardResponse, HelloReply, HelloRequest, LeaseRenewResponse, LeaseTimeToLiveReply,
+    MemberChange, MemberChangeReply, MembersReply, MembersRequest, PreVoteReply, PreVoteRequest,
+    RaftPayload, ReadIndexRequest, ReadIndexResponse, TimeoutNowReply, TimeoutNowRequest,
 };
 use crate::pb::etcdserverpb::{
     HashKvRequest, HashKvResponse, LeaseKeepAliveRequest, LeaseTimeToLiveRequest,
@@ -155,7 +155,14 @@ impl RaftPeer for PeerService {
         req: Request<PreVoteRequest>,
     ) -> Result<Response<PreVoteReply>, Status> {
         self.check_cluster(&req)?;
+        self.node.links.peer_back(req.get_ref().candidate);
         Ok(Response::new(self.node.pre_vote_reply(req.get_ref()).await))
+    }
+
+    async fn hello(&self, req: Request<HelloRequest>) -> Result<Response<HelloReply>, Status> {
+        self.check_cluster(&req)?;
+        self.node.links.peer_back(req.get_ref().member);
+        Ok(Response::new(HelloReply {}))
     }
 
     async fn install_snapshot(
