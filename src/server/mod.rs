@@ -69,6 +69,13 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
         Some(side) => Some(side.client_config().map_err(|e| anyhow!(e))?),
         None => None,
     };
+    // Listening before the data is loaded, as etcd does: a client or peer that connects while
+    // this member starts waits for its answer (the kernel queues the connection) instead of
+    // being refused, which would cost a gRPC client its reconnect backoff (1 s at first).
+    let peer_listeners = listeners::bind_all(&cfg.listen_peer_urls, sockets).await?;
+    let client_listeners = listeners::bind_all(&cfg.listen_client_urls, sockets).await?;
+    let http_listeners = listeners::bind_all(&cfg.listen_client_http_urls, sockets).await?;
+    let metrics_listeners = listeners::bind_all(&cfg.listen_metrics_urls, sockets).await?;
     let opening = std::time::Instant::now();
     let storage = Storage::open_with_cache(&data_dir, cfg.storage_cache_bytes)
         .context("opening the data dir")?;
@@ -108,7 +115,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
 
-    for bound in listeners::bind_all(&cfg.listen_peer_urls, sockets).await? {
+    for bound in peer_listeners {
         let tls = listeners::tls_for(&bound.url, peer_tls.as_ref())?;
         let svc = RaftPeerServer::new(node.peer_service())
             .max_decoding_message_size(usize::MAX)
@@ -121,6 +128,8 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
             }
         }));
     }
+
+    node.greet_peers();
 
     if cfg.initial_cluster_state == ClusterState::New {
         let initial = members
@@ -177,7 +186,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
         None
     };
     let mut client_addrs = Vec::new();
-    for bound in listeners::bind_all(&cfg.listen_client_urls, sockets).await? {
+    for bound in client_listeners {
         client_addrs.extend(bound.tcp_addr());
         let tls = listeners::tls_for(&bound.url, client_tls.as_ref())?;
         let extras = listeners::ClientExtras {
@@ -196,12 +205,12 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
             &stop_rx,
         ));
     }
-    for bound in listeners::bind_all(&cfg.listen_client_http_urls, sockets).await? {
+    for bound in http_listeners {
         let tls = listeners::tls_for(&bound.url, client_tls.as_ref())?;
         let http = listeners::serve_http(bound, tls, node.clone(), gateway.clone(), &stop_rx);
         tasks.push(http);
     }
-    for bound in listeners::bind_all(&cfg.listen_metrics_urls, sockets).await? {
+    for bound in metrics_listeners {
         let tls = listeners::tls_for(&bound.url, client_tls.as_ref())?;
         tasks.push(listeners::serve_http(
             bound,
