@@ -10,9 +10,13 @@
 //! - **First write:** for each member that should keep serving (everyone but the killed,
 //!   paused or isolated ones; the majority side of a split; everyone under a one-way cut or a
 //!   slow disk; nobody during a full crash), the time from the fault's start to the end of its
-//!   first successful probe sent once the fault was in place.
+//!   first successful write (a probe or a workload's put) sent once the fault was in place.
 //! - **Heal to full service:** the time from the heal to the moment every member has completed
-//!   a successful probe sent after the heal.
+//!   a successful write (a probe or a workload's put) sent after the heal.
+//!
+//! Until 2026-11-26 both counted probes only, so they were rounded up to the probe period (up
+//! to 100 ms later than the service came back); the workloads' puts reach every member every
+//! few milliseconds.
 //!
 //! [`table`] aggregates these per fault kind over every history of a run, as Markdown.
 
@@ -137,13 +141,23 @@ fn serving(f: &FaultRecord, n: usize) -> Vec<usize> {
     }
 }
 
-/// The end of member `m`'s first successful probe sent at or after `from`.
-fn first_ok(probes: &[Probe], m: usize, from: u64) -> Option<u64> {
-    probes
+/// The end of member `m`'s first successful write sent at or after `from`: a probe, or a put
+/// of the workloads (which go out every few milliseconds, so the times are not rounded up to
+/// the next probe).
+fn first_ok(h: &History, m: usize, from: u64) -> Option<u64> {
+    let probes = h
+        .probes
         .iter()
         .filter(|p| p.member == m && p.call >= from && p.outcome == CallOutcome::Ok)
-        .map(|p| p.ret)
-        .min()
+        .map(|p| p.ret);
+    let puts = h
+        .avail_ops
+        .iter()
+        .filter(|o| {
+            o.member == m && o.kind == "put" && o.call >= from && o.outcome == CallOutcome::Ok
+        })
+        .map(|o| o.ret);
+    probes.chain(puts).min()
 }
 
 /// The availability numbers of every fault of history `h` (a cluster of `n` members).
@@ -159,7 +173,7 @@ pub fn analyze(h: &History, n: usize) -> Vec<FaultAvail> {
             let first_write = serving(f, n)
                 .into_iter()
                 .map(|m| {
-                    let ret = first_ok(&h.probes, m, f.in_place);
+                    let ret = first_ok(h, m, f.in_place);
                     FirstWrite {
                         member: m,
                         ms: ret.map(|r| r.saturating_sub(f.start) / 1000),
@@ -167,7 +181,7 @@ pub fn analyze(h: &History, n: usize) -> Vec<FaultAvail> {
                     }
                 })
                 .collect();
-            let full: Option<Vec<u64>> = (0..n).map(|m| first_ok(&h.probes, m, f.end)).collect();
+            let full: Option<Vec<u64>> = (0..n).map(|m| first_ok(h, m, f.end)).collect();
             FaultAvail {
                 seed: h.seed,
                 kind: f.kind.clone(),
@@ -402,22 +416,33 @@ mod tests {
             op(3_000_000, CallOutcome::Timeout),
             op(4_000_000, CallOutcome::Timeout),
         ];
+        // A workload's put counts as a write, ahead of the next probe; a read does not.
+        let other = |kind, call| AvailOp {
+            member: 2,
+            kind,
+            call,
+            ret: call + 10_000,
+            outcome: CallOutcome::Ok,
+        };
+        h.avail_ops.push(other("get", 1_020_000));
+        h.avail_ops.push(other("put", 1_050_000));
+        h.avail_ops.push(other("put", 4_010_000));
         let a = analyze(&h, 3);
         let f = &a[0];
         assert_eq!(
             (f.ops_ok, f.ops_failed, f.ops_indeterminate),
-            (1, 1, 1),
+            (3, 1, 1),
             "only calls in [start, end)"
         );
         let w: Vec<(usize, Option<u64>)> = f.first_write.iter().map(|w| (w.member, w.ms)).collect();
-        assert_eq!(w, vec![(1, Some(1500)), (2, Some(1200))]);
+        assert_eq!(w, vec![(1, Some(1500)), (2, Some(60))]);
         assert_eq!(f.heal_to_full_service_ms, Some(900));
         let rows = aggregate(&a);
         assert_eq!(rows.len(), 1);
-        assert_eq!(rows[0].first_write_median_ms, Some(1350));
+        assert_eq!(rows[0].first_write_median_ms, Some(780));
         assert_eq!(rows[0].first_write_max_ms, Some(1500));
         assert!(table(&rows, "concord")
-            .contains("| kill-leader | 1 | 1 | 1 | 1 | 33.3 | 1350 | 1500 | 900 | 900 |"));
+            .contains("| kill-leader | 1 | 3 | 1 | 1 | 60.0 | 780 | 1500 | 900 | 900 |"));
     }
 
     #[test]
