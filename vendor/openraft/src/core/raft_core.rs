@@ -380,7 +380,8 @@ where
                 let (target, append_res) = match res {
                     Ok(Ok(res)) => res,
                     Ok(Err((target, err))) => {
-                        tracing::error!(target=display(&target), error=%err, "timeout while confirming leadership for read request");
+                        // Concord patch: debug, not error (see CONCORD-PATCH.md, 3).
+                        tracing::debug!(target=display(&target), error=%err, "timeout while confirming leadership for read request");
                         continue;
                     }
                     Err((target, err)) => {
