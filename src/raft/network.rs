@@ -192,10 +192,11 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 ///
 /// After a call that found no connection to the peer, an append waits up to half its time
 /// limit before it goes out, unless the peer says it is back (a `Hello` as it starts, or a
-/// PreVote): a leader then reaches a restarted member within milliseconds of its start, where openraft alone would wait out the
-/// whole retry interval (measured: 35–85 ms more to the restarted member's first served write
-/// on 3 local members). With openraft's own backoff kept short (see [`RaftNetwork::backoff`]),
-/// a peer that stays down is still tried about as often as before.
+/// PreVote). A leader then reaches a restarted member within milliseconds of its start, where
+/// openraft alone would wait out the whole retry interval (measured on 3 local members: the
+/// restarted member's first served write 26 ms after its start instead of 73, median). With
+/// openraft's own backoff kept short (see [`RaftNetwork::backoff`]), a peer that stays down is
+/// still tried about as often as before.
 pub struct PeerClient {
     target: u64,
     addr: String,

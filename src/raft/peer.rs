@@ -50,6 +50,14 @@ impl PeerService {
             _ => Ok(()),
         }
     }
+
+    /// Member `id` reached this one: a replication stream waiting to retry it goes at once.
+    /// An ID that is not a member is ignored.
+    fn peer_back(&self, id: u64) {
+        if self.node.members().0.contains_key(&id) {
+            self.node.links.peer_back(id);
+        }
+    }
 }
 
 fn decode<T: DeserializeOwned>(req: Request<RaftPayload>) -> Result<T, Status> {
@@ -155,13 +163,13 @@ impl RaftPeer for PeerService {
         req: Request<PreVoteRequest>,
     ) -> Result<Response<PreVoteReply>, Status> {
         self.check_cluster(&req)?;
-        self.node.links.peer_back(req.get_ref().candidate);
+        self.peer_back(req.get_ref().candidate);
         Ok(Response::new(self.node.pre_vote_reply(req.get_ref()).await))
     }
 
     async fn hello(&self, req: Request<HelloRequest>) -> Result<Response<HelloReply>, Status> {
         self.check_cluster(&req)?;
-        self.node.links.peer_back(req.get_ref().member);
+        self.peer_back(req.get_ref().member);
         Ok(Response::new(HelloReply {}))
     }
 
