@@ -3,9 +3,11 @@
 
 For each server and each key count: one member, `--keys` keys (`bench/k/<8 digits>`, 16 bytes)
 with values of `--value-size` bytes written once by 16 clients (concord-bench `load`), then the
-member restarted; reported is its resident memory (RSS) once it serves again, after a pause, so
-that nothing of the load is in flight. Concord runs once per `--storage-cache-bytes` value.
-The per-key cost is the slope between the smallest and the largest key count.
+member stopped (SIGTERM) and restarted; reported are the time from the restart until
+`etcdctl endpoint health` succeeds (polled every 0.2 s) and its resident memory (RSS) once it
+serves, after a pause, so that nothing of the load is in flight. Concord runs once per
+`--storage-cache-bytes` value. The per-key cost is the slope between the smallest and the
+largest key count.
 
     benches/large/key_memory.py --etcd-dir .etcd-ref/bin/etcd-ref \\
         --concord target/release/concord --bench target/release/concord-bench --out benches/large/
@@ -19,8 +21,8 @@ import time
 from members import arguments, load, member, rss_mib, save, servers, stop, wait_healthy
 
 
-def steady_rss(server, etcdctl, bench, keys, value_size, work, extra):
-    """RSS (MiB) of a restarted member holding `keys` keys."""
+def restarted(server, etcdctl, bench, keys, value_size, work, extra):
+    """(seconds until healthy, RSS in MiB) of a restarted member holding `keys` keys."""
     data = tempfile.mkdtemp(prefix="keymem-", dir=work)
     try:
         p, ep = member(server, "m", 24790, data, extra=extra)
@@ -29,11 +31,13 @@ def steady_rss(server, etcdctl, bench, keys, value_size, work, extra):
             load(bench, ep, keys, value_size)
         finally:
             stop([p])
+        began = time.time()
         p, ep = member(server, "m", 24790, data, extra=extra)
         try:
             wait_healthy(etcdctl, ep, within=600)
+            took = time.time() - began
             time.sleep(3)
-            return rss_mib(p.pid)
+            return took, rss_mib(p.pid)
         finally:
             stop([p])
     finally:
@@ -59,17 +63,26 @@ def main():
                          ["--storage-cache-bytes", cache]))
     rows = []
     for label, binary, extra in runs:
-        rss = {n: steady_rss(binary, etcdctl, args.bench, n, args.value_size, args.work, extra)
+        got = {n: restarted(binary, etcdctl, args.bench, n, args.value_size, args.work, extra)
                for n in counts}
+        rss = {n: m for n, (_, m) in got.items()}
+        restart = {n: round(t, 2) for n, (t, _) in got.items()}
         lo, hi = counts[0], counts[-1]
         per_key = (rss[hi] - rss[lo]) * 2**20 / (hi - lo)
-        rows.append({"server": label, "rss_mib": rss, "bytes_per_key": round(per_key)})
-        print(label, {n: round(v) for n, v in rss.items()}, f"{per_key:.0f} B/key", flush=True)
+        rows.append({"server": label, "rss_mib": rss, "restart_s": restart,
+                     "bytes_per_key": round(per_key)})
+        print(label, {n: round(v) for n, v in rss.items()}, f"{per_key:.0f} B/key",
+              "restart", restart, flush=True)
     head = "| server | " + " | ".join(f"RSS at {n:,} keys (MiB)" for n in counts) + " | per key |"
     table = [head, "|---" * (len(counts) + 2) + "|"]
     for r in rows:
         cells = " | ".join(f"{r['rss_mib'][n]:.0f}" for n in counts)
         table.append(f"| {r['server']} | {cells} | {r['bytes_per_key']} B |")
+    head = "| server | " + " | ".join(f"restart at {n:,} keys (s)" for n in counts) + " |"
+    table += ["", head, "|---" * (len(counts) + 1) + "|"]
+    for r in rows:
+        table.append(f"| {r['server']} | " + " | ".join(f"{r['restart_s'][n]:.2f}" for n in counts)
+                     + " |")
     text = "\n".join(table) + "\n"
     print(text)
     if args.out:
