@@ -136,6 +136,7 @@ impl RaftNode {
             .await
             .unwrap_or(Err(Error::LeaderTransferTimeout));
         self.links.quiet.store(false, Ordering::SeqCst);
+        self.links.wake_all();
         result
     }
 }

@@ -176,7 +176,8 @@ impl Storage {
     /// database (`--storage-cache-bytes`), checking its format version.
     ///
     /// # Errors
-    /// When fjall cannot open the directory or the format is newer than this binary.
+    /// When fjall cannot open the directory, the format is newer than this binary, or the
+    /// thread opening the Raft log database panicked.
     pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> StorageResult<Self> {
         std::fs::create_dir_all(dir).map_err(|e| StorageError(e.to_string()))?;
         // The two databases replay their journals side by side: a restart serves sooner.

@@ -380,8 +380,13 @@ where
                 let (target, append_res) = match res {
                     Ok(Ok(res)) => res,
                     Ok(Err((target, err))) => {
-                        // Concord patch: debug, not error (see CONCORD-PATCH.md, 3).
-                        tracing::debug!(target=display(&target), error=%err, "timeout while confirming leadership for read request");
+                        // Concord patch: a voter that is down or slow is debug, not error (see
+                        // CONCORD-PATCH.md, 3).
+                        if matches!(err, RPCError::Timeout(_) | RPCError::Unreachable(_)) {
+                            tracing::debug!(target=display(&target), error=%err, "timeout while confirming leadership for read request");
+                        } else {
+                            tracing::error!(target=display(&target), error=%err, "timeout while confirming leadership for read request");
+                        }
                         continue;
                     }
                     Err((target, err)) => {
