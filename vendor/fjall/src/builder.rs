@@ -181,7 +181,9 @@ impl<O: Openable> Builder<O> {
     ///     .with_compaction_filter_factories(
     ///         Arc::new(|keyspace| {
     ///             // Match on the keyspace name to assign specific compaction filters
-    ///             todo!()
+    ///             // (Concord patch: `None` in this example instead of upstream's `todo!()`).
+    ///             let _ = keyspace;
+    ///             None
     ///         })
     ///     )
     ///     .open()?;
