@@ -11,18 +11,15 @@ sees the same thing only through its 100 ms probe period; this measures it direc
     benches/availability/killed_leader_restart.py .etcd-ref/bin/etcd-ref/etcd --rounds 10
 """
 
-import argparse
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "large"))
-from members import load, member, status, stop, wait_healthy  # noqa: E402
-
-FLAGS = ["--heartbeat-interval", "100", "--election-timeout", "1000"]
+from members import load, stop, wait_healthy  # noqa: E402
+from trio import PORTS, Trio, arguments  # noqa: E402
 
 
 def accepting(port, within=10):
@@ -43,28 +40,12 @@ def median(xs):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("server")
-    ap.add_argument("--rounds", type=int, default=10)
+    ap = arguments(__doc__, "/var/tmp/killed-leader-restart")
     ap.add_argument("--keys", type=int, default=0, help="keys to write before the rounds")
     ap.add_argument("--bench", default="target/release/concord-bench", help="writes the keys")
-    ap.add_argument("--etcdctl", default=".etcd-ref/bin/etcd-ref/etcdctl")
-    ap.add_argument("--work", default="/var/tmp/killed-leader-restart")
     args = ap.parse_args()
-    shutil.rmtree(args.work, ignore_errors=True)
-    ports = [23790, 23800, 23810]
-    cluster = ",".join(f"m{i}=http://127.0.0.1:{p + 1}" for i, p in enumerate(ports))
-
-    def start(i):
-        return member(args.server, f"m{i}", ports[i], f"{args.work}/m{i}", cluster=cluster,
-                      extra=FLAGS, log=f"{args.work}/m{i}.log")
-
-    os.makedirs(args.work)
-    procs, eps = [], []
-    for i in range(len(ports)):
-        proc, ep = start(i)
-        procs.append(proc)
-        eps.append(ep)
+    trio = Trio(args.server, args.work)
+    procs, eps = trio.procs, trio.eps
     listen, served = [], []
     try:
         for ep in eps:
@@ -73,15 +54,13 @@ def main():
             load(args.bench, eps[0], args.keys, 256)
         for r in range(args.rounds):
             time.sleep(2)
-            statuses = [status(args.etcdctl, ep) for ep in eps]
-            leader = next(i for i, s in enumerate(statuses)
-                          if s and s["header"]["member_id"] == s["leader"])
+            leader = trio.leader(args.etcdctl)
             procs[leader].kill()
             procs[leader].wait()
             time.sleep(3)
             began = time.time()
-            procs[leader], _ = start(leader)
-            up = accepting(ports[leader])
+            procs[leader], _ = trio.start(leader)
+            up = accepting(PORTS[leader])
             listen_ms = (time.time() - began) * 1000
             put = subprocess.run([args.etcdctl, "--endpoints", eps[leader], "--command-timeout",
                                   "5s", "put", f"restart/{r}", "v"], capture_output=True)

@@ -11,7 +11,6 @@ same thing only through its 100 ms probe period; this measures it directly.
     benches/availability/paused_leader_wake.py .etcd-ref/bin/etcd-ref/etcd --rounds 10
 """
 
-import argparse
 import os
 import shutil
 import signal
@@ -20,34 +19,21 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "large"))
-from members import member, status, stop, wait_healthy  # noqa: E402
+from members import stop, wait_healthy  # noqa: E402
+from trio import Trio, arguments  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("server")
-    ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--etcdctl", default=".etcd-ref/bin/etcd-ref/etcdctl")
-    ap.add_argument("--work", default="/var/tmp/paused-leader-wake")
-    args = ap.parse_args()
-    shutil.rmtree(args.work, ignore_errors=True)
-    ports = [23790, 23800, 23810]
-    cluster = ",".join(f"m{i}=http://127.0.0.1:{p + 1}" for i, p in enumerate(ports))
-    procs, eps = [], []
-    for i, p in enumerate(ports):
-        proc, ep = member(args.server, f"m{i}", p, f"{args.work}/m{i}", cluster=cluster,
-                          extra=["--heartbeat-interval", "100", "--election-timeout", "1000"])
-        procs.append(proc)
-        eps.append(ep)
+    args = arguments(__doc__, "/var/tmp/paused-leader-wake").parse_args()
+    trio = Trio(args.server, args.work)
+    procs, eps = trio.procs, trio.eps
     took = []
     try:
         for ep in eps:
             wait_healthy(args.etcdctl, ep)
         for r in range(args.rounds):
             time.sleep(2)
-            statuses = [status(args.etcdctl, ep) for ep in eps]
-            leader = next(i for i, s in enumerate(statuses)
-                          if s and s["header"]["member_id"] == s["leader"])
+            leader = trio.leader(args.etcdctl)
             procs[leader].send_signal(signal.SIGSTOP)
             time.sleep(3)
             put = subprocess.Popen([args.etcdctl, "--endpoints", eps[leader], "--command-timeout",

@@ -268,9 +268,7 @@ impl RaftNode {
             let mut req =
                 tonic::Request::new(crate::pb::concordpb::HelloRequest { member: self.id });
             req.set_timeout(self.options.election);
-            if let Ok(v) = format!("{:x}", self.cluster_id).parse() {
-                req.metadata_mut().insert(network::CLUSTER_ID_KEY, v);
-            }
+            network::from_cluster(&mut req, self.cluster_id);
             tokio::spawn(async move {
                 if let Err(e) = client.hello(req).await {
                     tracing::debug!(peer = format!("{id:x}"), error = %e, "hello not delivered");

@@ -180,6 +180,13 @@ impl NetworkFactory {
 /// messages from another cluster (etcd's `X-Etcd-Cluster-ID`).
 pub const CLUSTER_ID_KEY: &str = "concord-cluster-id";
 
+/// Marks `request` as sent by a member of `cluster_id` (see [`CLUSTER_ID_KEY`]).
+pub fn from_cluster<T>(request: &mut tonic::Request<T>, cluster_id: u64) {
+    if let Ok(v) = format!("{cluster_id:x}").parse() {
+        request.metadata_mut().insert(CLUSTER_ID_KEY, v);
+    }
+}
+
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerClient;
 
@@ -280,9 +287,7 @@ impl PeerClient {
         let data = bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let mut request = tonic::Request::new(RaftPayload { data });
         request.set_timeout(deadline);
-        if let Ok(v) = format!("{:x}", self.links.cluster_id).parse() {
-            request.metadata_mut().insert(CLUSTER_ID_KEY, v);
-        }
+        from_cluster(&mut request, self.links.cluster_id);
         let started = Instant::now();
         let reply = match method {
             Method::Append => client.append_entries(request).await,
