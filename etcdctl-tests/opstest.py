@@ -26,6 +26,7 @@ import argparse
 import difflib
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -237,6 +238,7 @@ def main() -> int:
     ref = Cluster("ref", os.path.join(args.etcd_dir, "etcd"), work)
     test = Cluster("test", args.server, work)
     failed = 0
+    finished = False
     try:
         for c in (ref, test):
             c.start()
@@ -265,9 +267,15 @@ def main() -> int:
                 sys.stdout.writelines(difflib.unified_diff(
                     outs[0].splitlines(True), outs[1].splitlines(True), "etcd", "concord"))
                 print()
+        finished = True
     finally:
         ref.stop()
         test.stop()
+        # Each run's data dirs take about 185 MB: keep them only to look at a failure.
+        if failed or not finished:
+            print(f"opstest: data dirs kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     print(f"opstest: {'all passed' if failed == 0 else f'{failed} failed'}")
     return 1 if failed else 0
 

@@ -122,16 +122,37 @@ fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
             args.name
         );
     }
-    let storage = Storage::open(&data_dir).context("creating the data dir")?;
-    let (revision, _) = crate::raft::snapshots::restore(&storage, file)
-        .with_context(|| format!("restoring {}", args.file.display()))?;
-    let founders = members
-        .iter()
-        .filter_map(|(id, m)| m.peer_urls.first().map(|u| (*id, u.clone())))
-        .collect();
-    crate::raft::snapshots::seal_restore(&storage, &data_dir, &founders)
-        .context("sealing the restored state")?;
-    storage.save_identity(id, config::cluster_id(members.keys()))?;
+    // Built beside its final place and renamed there once whole: a failed or interrupted
+    // restore leaves no data dir behind (a member started on half a state would serve it).
+    let parent = data_dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    let staging = tempfile::Builder::new()
+        .prefix(".concord-restore-")
+        .tempdir_in(parent)
+        .context("creating the data dir")?;
+    let revision = {
+        let storage = Storage::open(staging.path()).context("creating the data dir")?;
+        let (revision, _) = crate::raft::snapshots::restore(&storage, file)
+            .with_context(|| format!("restoring {}", args.file.display()))?;
+        let founders = members
+            .iter()
+            .filter_map(|(id, m)| m.peer_urls.first().map(|u| (*id, u.clone())))
+            .collect();
+        crate::raft::snapshots::seal_restore(&storage, staging.path(), &founders)
+            .context("sealing the restored state")?;
+        storage.save_identity(id, config::cluster_id(members.keys()))?;
+        revision
+    };
+    std::fs::rename(staging.path(), &data_dir)
+        .with_context(|| format!("moving the restored state to {}", data_dir.display()))?;
+    // The rename took the directory: nothing is left for the guard to remove.
+    let _ = staging.keep();
+    std::fs::File::open(parent)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("syncing {}", parent.display()))?;
     tracing::info!(
         path = %args.file.display(),
         data_dir = %data_dir.display(),

@@ -12,6 +12,7 @@ mod lease;
 mod lock;
 mod maintenance;
 mod membership;
+mod memory_limit;
 mod snapshot;
 mod tls;
 mod unix;
