@@ -72,6 +72,10 @@ pub enum Error {
     /// The storage failed; the member can no longer serve.
     #[error("storage failure")]
     Storage,
+    /// The member is installing a snapshot from its leader; its state is readable again when
+    /// that ends (reads are refused, not served from a half-replaced state).
+    #[error("installing a snapshot")]
+    Installing,
     /// A member ID that is not in the cluster.
     #[error("member not found")]
     MemberNotFound,
@@ -175,7 +179,7 @@ pub enum Error {
 
 impl Error {
     /// Every variant, for tests and for decoding codes.
-    pub const ALL: [Error; 55] = [
+    pub const ALL: [Error; 56] = [
         Error::Compacted,
         Error::FutureRevision,
         Error::EmptyKey,
@@ -231,6 +235,7 @@ impl Error {
         Error::AuthOldRevision,
         Error::NoPasswordUser,
         Error::JwtVerifyOnly,
+        Error::Installing,
     ];
 
     /// The stable wire code of this error (never 0, which means "no error").

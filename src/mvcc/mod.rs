@@ -8,6 +8,7 @@
 mod garbage;
 mod key_index;
 mod lease_table;
+mod published;
 mod range;
 mod records;
 mod revision;

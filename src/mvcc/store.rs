@@ -4,15 +4,15 @@
 //! Lock order: the state lock is the only lock here; a [`WriteTxn`] holds it for writing from
 //! start to commit, so readers never see half of a request.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use prost::Message;
 
 use super::garbage::Garbage;
+use super::published::{Published, Unreadable};
 use super::records::{
-    alarm_bit, alarm_bits, decode_alarm_key, decode_as, decode_lease, decode_record, key_value,
-    to_event, IndexFields,
+    alarm_bit, decode_alarm_key, decode_as, decode_lease, decode_record, key_value, to_event,
+    IndexFields,
 };
 use super::{Grouped, KeyIndex, KeyRange, KeyRevision, LeaseInfo, LeaseTable, Revision, WriteTxn};
 use crate::error::{Error, Result};
@@ -50,13 +50,11 @@ pub struct MvccStore {
     garbage: Arc<Garbage>,
     /// The thread deleting them, joined when the store is dropped.
     deleter: Option<std::thread::JoinHandle<()>>,
-    /// The raised alarm types as a bit set (bit `t` for type `t`), published by each commit:
-    /// the write path checks it on every request and must not wait for the state lock, which
-    /// an apply holds through its disk write.
-    raised: AtomicU64,
-    /// Set while the keyspaces are replaced wholesale (and for good if that fails): reads
-    /// refuse rather than see a half-replaced state.
-    failed: std::sync::atomic::AtomicBool,
+    /// Counters, alarms and readability as of the last commit, for callers that must not
+    /// wait for the state lock (the write path checks the alarms on every request, every
+    /// response carries the current revision) and for reads during an install, which refuse
+    /// rather than wait or see a half-replaced state.
+    published: Published,
 }
 
 impl MvccStore {
@@ -77,7 +75,8 @@ impl MvccStore {
 
     fn open_deleting(storage: Storage, delete: bool) -> StorageResult<Self> {
         let (state, leftover) = load_state(&storage)?;
-        let raised = AtomicU64::new(alarm_bits(&state.alarms));
+        let published = Published::default();
+        published.publish(&state);
         let (state, garbage) = (Arc::new(RwLock::new(state)), Arc::<Garbage>::default());
         garbage.push(leftover);
         let deleter = delete
@@ -85,8 +84,7 @@ impl MvccStore {
             .flatten();
         Ok(MvccStore {
             storage,
-            raised,
-            failed: std::sync::atomic::AtomicBool::new(false),
+            published,
             state,
             garbage,
             deleter,
@@ -109,17 +107,22 @@ impl MvccStore {
         replace: impl FnOnce() -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
         let mut state = self.state.write().map_err(|_| poisoned())?;
-        // Failed half-way, the keyspaces hold neither state: nothing is read from them again.
-        self.failed.store(true, Ordering::Release);
+        self.published.installing();
         // The old state's compacted revisions are not the new one's.
         self.garbage.clear();
-        replace()?;
-        let (loaded, leftover) = load_state(&self.storage)?;
+        let replaced = replace().and_then(|()| Ok(load_state(&self.storage)?));
+        let (loaded, leftover) = match replaced {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                // Failed half-way, the keyspaces hold neither state: nothing is read again.
+                self.published.failed();
+                return Err(e);
+            }
+        };
         *state = loaded;
         self.garbage.push(leftover);
-        self.failed.store(false, Ordering::Release);
-        self.raised
-            .store(alarm_bits(&state.alarms), Ordering::Release);
+        self.published.publish(&state);
+        self.published.installed();
         Ok(())
     }
 
@@ -128,8 +131,10 @@ impl MvccStore {
     /// # Errors
     /// When the lock is poisoned (a writer panicked).
     pub fn read(&self) -> Result<ReadTxn<'_>> {
-        if self.failed.load(Ordering::Acquire) {
-            return Err(Error::Storage);
+        match self.published.readable() {
+            Ok(()) => {}
+            Err(Unreadable::Installing) => return Err(Error::Installing),
+            Err(Unreadable::Failed) => return Err(Error::Storage),
         }
         Ok(ReadTxn {
             storage: &self.storage,
@@ -146,7 +151,7 @@ impl MvccStore {
         Ok(WriteTxn::new(
             &self.storage,
             state,
-            &self.raised,
+            &self.published,
             &self.garbage,
         ))
     }
@@ -195,19 +200,19 @@ impl MvccStore {
         self.state.read().map_or(0, |s| s.index.len())
     }
 
-    /// The current main revision.
+    /// The current main revision (as of the last commit: never waits for one).
     pub fn current_revision(&self) -> i64 {
-        self.state.read().map_or(0, |s| s.current)
+        self.published.current()
     }
 
-    /// The last compacted main revision.
+    /// The last compacted main revision (as of the last commit).
     pub fn compacted_revision(&self) -> i64 {
-        self.state.read().map_or(0, |s| s.compacted)
+        self.published.compacted()
     }
 
     /// Whether any member raised alarm `alarm`.
     pub fn has_alarm(&self, alarm: i32) -> bool {
-        alarm_bit(alarm).is_some_and(|bit| self.raised.load(Ordering::Acquire) & bit != 0)
+        alarm_bit(alarm).is_some_and(|bit| self.published.raised() & bit != 0)
     }
 
     /// Every raised alarm: (member id, alarm type).
@@ -469,5 +474,41 @@ impl KvTxn for ReadTxn<'_> {
 
     fn delete_range(&mut self, _: &KeyRange, _: bool) -> Result<Vec<KeyValue>> {
         Err(Error::Storage)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_install_refuses_reads_as_unavailable_and_counters_never_wait_for_it(
+    ) -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = MvccStore::open(Storage::open(dir.path())?)?;
+        let mut w = store.write()?;
+        w.put(b"k", b"v", 0)?;
+        w.end_request();
+        w.commit()?;
+        assert_eq!(store.current_revision(), 2);
+
+        let during: StorageResult<()> = store.replace_all(|| {
+            // Called while the install holds the state lock: neither waits for it.
+            assert_eq!(store.read().err(), Some(Error::Installing));
+            assert_eq!(store.current_revision(), 2);
+            Ok(())
+        });
+        during?;
+        assert!(store.read().is_ok(), "readable again once installed");
+
+        let failed: StorageResult<()> =
+            store.replace_all(|| Err(StorageError("the disk failed".into())));
+        assert!(failed.is_err());
+        assert_eq!(
+            store.read().err(),
+            Some(Error::Storage),
+            "a failed install leaves nothing to read, for good"
+        );
+        Ok(())
     }
 }

@@ -1,12 +1,10 @@
 //! [`WriteTxn`]: the apply path's atomic batch of one or more requests over the store.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLockWriteGuard;
 
-use super::records::{
-    alarm_bits, alarm_key, decode_record, encode_lease, encode_record, key_value, to_event,
-};
+use super::published::Published;
+use super::records::{alarm_key, decode_record, encode_lease, encode_record, key_value, to_event};
 use super::store::{load_from_disk, KvTxn, State};
 use super::{KeyRange, KeyRevision, Revision};
 use crate::error::{Error, Result};
@@ -20,9 +18,9 @@ use crate::storage::{meta_key, Space, Storage, StorageResult};
 pub struct WriteTxn<'a> {
     storage: &'a Storage,
     state: RwLockWriteGuard<'a, State>,
-    /// The store's published alarm bits, updated by [`WriteTxn::commit`] when this batch
-    /// raised or cleared an alarm.
-    raised: &'a AtomicU64,
+    /// What the store publishes, updated by [`WriteTxn::commit`] (the alarms only when this
+    /// batch raised or cleared one).
+    published: &'a Published,
     alarms_changed: bool,
     /// Writes of this batch by keyspace and key (`None` deletes), readable before commit and
     /// written as one fjall batch by [`WriteTxn::commit`].
@@ -43,13 +41,13 @@ impl<'a> WriteTxn<'a> {
     pub(super) fn new(
         storage: &'a Storage,
         state: RwLockWriteGuard<'a, State>,
-        raised: &'a AtomicU64,
+        published: &'a Published,
         garbage: &'a super::garbage::Garbage,
     ) -> Self {
         WriteTxn {
             storage,
             state,
-            raised,
+            published,
             alarms_changed: false,
             staged: BTreeMap::new(),
             sub: 0,
@@ -212,8 +210,9 @@ impl<'a> WriteTxn<'a> {
         batch.commit()?;
         self.garbage.push(std::mem::take(&mut self.compacted));
         if self.alarms_changed {
-            self.raised
-                .store(alarm_bits(&self.state.alarms), Ordering::Release);
+            self.published.publish(&self.state);
+        } else {
+            self.published.publish_counters(&self.state);
         }
         Ok(self.events)
     }

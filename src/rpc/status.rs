@@ -37,6 +37,9 @@ pub fn code_and_message(e: Error) -> (Code, &'static str) {
         Error::Stopped => (Code::Unavailable, "etcdserver: server stopped"),
         Error::TooManyRequests => (Code::ResourceExhausted, "etcdserver: too many requests"),
         Error::Storage => (Code::Unknown, "etcdserver: storage failure"),
+        // Not an etcd error (etcd swaps its database in at once): Unavailable, which clients
+        // retry, on this member or another.
+        Error::Installing => (Code::Unavailable, "etcdserver: installing a snapshot"),
         Error::LeaseExists => (Code::FailedPrecondition, "etcdserver: lease already exists"),
         Error::LeaseTtlTooLarge => (Code::OutOfRange, "etcdserver: too large lease TTL"),
         // Not an etcdserver error: etcd's v3lock returns clientv3/concurrency's error as is.
