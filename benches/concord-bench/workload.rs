@@ -150,7 +150,7 @@ async fn prefill(args: &Args, channels: &[Channel]) -> anyhow::Result<usize> {
             .collect(),
         _ => return Ok(0),
     };
-    let value = vec![b'v'; args.value_size];
+    let value = incompressible(args.value_size, 1);
     let count = keys.len();
     let keys = Arc::new(keys);
     let writers = args.clients.max(1);
@@ -205,7 +205,7 @@ impl Client {
             lease: LeaseClient::new(channel.clone()),
             lock: LockClient::new(channel),
             rng: 0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9),
-            value: vec![b'v'; args.value_size],
+            value: incompressible(args.value_size, id as u64 + 2),
             cas_revision: 0,
             session: 0,
             kept: Vec::new(),
@@ -462,7 +462,7 @@ async fn watch(args: &Args, channels: &[Channel]) -> anyhow::Result<Measured> {
         ready_rx.recv().await;
     }
     let mut kv = KvClient::new(channels[0].clone());
-    let mut value = vec![b'v'; args.value_size.max(8)];
+    let mut value = incompressible(args.value_size.max(8), 0);
     let every = (args.rate > 0).then(|| Duration::from_secs_f64(1.0 / args.rate as f64));
     let mut next = Instant::now();
     let mut i = 0u64;
@@ -487,4 +487,19 @@ async fn watch(args: &Args, channels: &[Channel]) -> anyhow::Result<Measured> {
     }
     total.elapsed = args.duration;
     Ok(total)
+}
+
+/// `len` pseudo-random bytes from `seed`: values that compression cannot shrink, as most real
+/// values (serialized objects, certificates) mostly cannot, so that a server that compresses
+/// what it writes gains nothing here that it would not gain in use.
+fn incompressible(len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect()
 }

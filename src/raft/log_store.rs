@@ -1,11 +1,10 @@
-//! The Raft log and vote on fjall, with group commit.
+//! The Raft log (segment files, `storage/wal.rs`) and vote (fjall), with group commit.
 //!
-//! fjall holds its journal lock while it syncs, so a write issued during an fsync waits for it.
-//! To keep RaftCore from waiting, `append` only encodes the entries into an in-memory write-behind
-//! buffer (readable at once, as openraft requires) and queues the flush callback. The [`Syncer`]
-//! thread takes everything queued, writes it as one fjall batch, syncs once, and only then
-//! reports those entries flushed: one fsync for every batch of appends that arrived while the
-//! previous one ran.
+//! To keep RaftCore from waiting for disk writes and fsyncs, `append` only encodes the entries
+//! into an in-memory write-behind buffer (readable at once, as openraft requires) and queues the
+//! flush callback. The [`Syncer`] thread takes everything queued, writes it to the log's segment
+//! files, syncs once, and only then reports those entries flushed: one fsync for every batch of
+//! appends that arrived while the previous one ran.
 //!
 //! `save_vote` syncs before returning; `truncate` and `purge` first drain the buffer to disk and
 //! sync their own change, so a crash can neither double-vote nor resurrect a truncated entry. The
@@ -61,6 +60,9 @@ struct Shared {
     /// The last appended entries, decoded (at most [`RECENT_ENTRIES`]); kept equal to the log
     /// by `append`, `truncate` and `purge`.
     recent: Mutex<BTreeMap<u64, Entry>>,
+    /// The index after the purged one: the segment files still hold entries below it until
+    /// their whole segment goes, and readers must not see them.
+    first_readable: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -101,10 +103,16 @@ pub struct LogStore {
 impl LogStore {
     /// Opens the log over `storage` and starts its sync thread.
     pub fn new(storage: Storage) -> Self {
+        let purged = storage
+            .get_raft_meta(PURGED)
+            .ok()
+            .flatten()
+            .and_then(|b| bincode::deserialize::<LogId<u64>>(&b).ok());
         let shared = Arc::new(Shared {
             buffer: Mutex::new(BTreeMap::new()),
             next_seq: Mutex::new(0),
             recent: Mutex::new(BTreeMap::new()),
+            first_readable: purged.map_or(0, |p| p.index.saturating_add(1)).into(),
         });
         let syncer = Syncer::start(storage.clone(), shared.clone());
         let purger = start_purger(storage.clone());
@@ -175,10 +183,6 @@ fn write_err(e: impl std::fmt::Display) -> StorageError<u64> {
     StorageIOError::write_logs(AnyError::error(e.to_string())).into()
 }
 
-/// Deletions per batch when purged entries are removed: each batch holds the log journal's lock
-/// for a moment only, so appends go on between batches.
-const PURGE_BATCH: usize = 4096;
-
 /// Starts the thread that removes purged entries (the newest purge request wins when several
 /// are waiting); it ends when the last [`LogStore`] handle is dropped.
 fn start_purger(storage: Storage) -> mpsc::Sender<u64> {
@@ -189,7 +193,7 @@ fn start_purger(storage: Storage) -> mpsc::Sender<u64> {
             while let Ok(first) = rx.recv() {
                 let upto = rx.try_iter().fold(first, u64::max);
                 let started = std::time::Instant::now();
-                match storage.remove_log_prefix(upto, PURGE_BATCH) {
+                match storage.remove_log_prefix(upto) {
                     Ok(removed) => tracing::info!(
                         upto,
                         removed,
@@ -298,6 +302,11 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> Result<Vec<Entry>, StorageError<u64>> {
         let (start, end) = bounds(&range);
+        let start = start.max(
+            self.shared
+                .first_readable
+                .load(std::sync::atomic::Ordering::Acquire),
+        );
         if let Some(entries) = self.shared.cached(start, end) {
             return Ok(entries);
         }
@@ -485,9 +494,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
         self.drain().await?;
         self.shared.recent().split_off(&log_id.index);
-        self.storage
-            .remove_log(log_id.index..=u64::MAX)
-            .map_err(write_err)
+        self.storage.truncate_log(log_id.index).map_err(write_err)
     }
 
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
@@ -515,9 +522,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // Deleting them here held up openraft's core, so every write, for as long as it took:
         // 383 ms for 145,000 entries of 1 KiB.
         self.write_meta(PURGED, &log_id)?;
+        self.shared.first_readable.fetch_max(
+            log_id.index.saturating_add(1),
+            std::sync::atomic::Ordering::AcqRel,
+        );
         if self.purger.send(log_id.index).is_err() {
             self.storage
-                .remove_log_prefix(log_id.index, PURGE_BATCH)
+                .remove_log_prefix(log_id.index)
                 .map_err(write_err)?;
         }
         Ok(())

@@ -1,14 +1,15 @@
-//! Durable storage on fjall: the only module that imports fjall.
+//! Durable storage: the only module that imports fjall.
 //!
-//! Two fjall databases, each with its own journal: `log/` holds the Raft log and vote and is
-//! synced on every append batch; `db/` holds the state machine and is synced only before log
-//! entries are purged (until then the log can rebuild it). Separate journals keep a log fsync
-//! from stalling state-machine writes (fjall holds a journal's lock while syncing it). The
-//! schema:
+//! The Raft log's entries are segment files in `wal/` (`wal.rs`), written once and synced on
+//! every append batch. Two fjall databases, each with its own journal: `log/` holds the vote
+//! and the log's other metadata, synced on each change; `db/` holds the state machine and is
+//! synced only before log entries are purged (until then the log can rebuild it). Separate
+//! files keep a log fsync from stalling state-machine writes (fjall holds a journal's lock
+//! while syncing it). The schema:
 //!
 //! | keyspace    | key                          | value                                   | since |
 //! |-------------|------------------------------|-----------------------------------------|-------|
-//! | `raft_log`  | log index, u64 big-endian    | bincode openraft `Entry`                | v1    |
+//! | `raft_log`  | log index, u64 big-endian    | bincode openraft `Entry`; moved to `wal/` since v1.1 (empty) | v1    |
 //! | `raft_meta` | `vote`, `committed`, `purged`| bincode openraft types                  | v1    |
 //! | `kv`        | [`Revision`] bytes (16)      | record: `p`/`t` + protobuf `KeyValue`   | v1    |
 //! | `meta`      | see [`meta_key`]             | state-machine metadata                  | v1    |
@@ -18,10 +19,12 @@
 
 use std::ops::Bound;
 use std::path::Path;
+use std::sync::Arc;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 mod view;
+mod wal;
 mod writeback;
 
 pub use view::View;
@@ -82,6 +85,12 @@ impl From<fjall::Error> for StorageError {
     }
 }
 
+impl From<std::io::Error> for StorageError {
+    fn from(e: std::io::Error) -> Self {
+        StorageError(e.to_string())
+    }
+}
+
 impl From<StorageError> for std::io::Error {
     fn from(e: StorageError) -> Self {
         std::io::Error::other(e.0)
@@ -96,6 +105,10 @@ pub type StorageResult<T> = Result<T, StorageError>;
 pub struct Storage {
     log_db: Database,
     db: Database,
+    /// The Raft log's entries (`wal/`).
+    wal: Arc<wal::Wal>,
+    /// Where data dirs of earlier versions kept the Raft log's entries: moved to `wal/` when
+    /// such a dir is opened.
     raft_log: Keyspace,
     raft_meta: Keyspace,
     kv: Keyspace,
@@ -163,6 +176,20 @@ fn keyspace_options() -> KeyspaceCreateOptions {
     KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES)
 }
 
+/// Values of at least this many bytes live in blob files beside the tables of the keyspace
+/// that holds them (the MVCC records): written once when the memtable is flushed, never again
+/// by compactions, which move only their keys and pointers.
+const SEPARATED_VALUE_BYTES: u32 = 4096;
+
+/// Options of a keyspace that may hold large values (see [`SEPARATED_VALUE_BYTES`]). They take
+/// effect when the keyspace is created: fjall keeps a keyspace's options in its data dir.
+fn large_value_options() -> KeyspaceCreateOptions {
+    let blobs = fjall::KvSeparationOptions::default()
+        .separation_threshold(SEPARATED_VALUE_BYTES)
+        .compression(fjall::CompressionType::None);
+    keyspace_options().with_kv_separation(Some(blobs))
+}
+
 impl Storage {
     /// Opens (or creates) the data dir with the default cache, checking its format version.
     ///
@@ -184,11 +211,15 @@ impl Storage {
         let (db, log_db) = std::thread::scope(|s| {
             let log_db = s.spawn(|| {
                 Database::builder(dir.join("log"))
+                    .journal_compression(fjall::CompressionType::None)
                     .max_journaling_size(MAX_JOURNALS)
                     .cache_size(LOG_CACHE_BYTES)
                     .open()
             });
+            // Not compressed (fjall compresses values over 4 KiB by default): a compression
+            // per journal per put cost more CPU than the disk bandwidth it saved.
             let db = Database::builder(dir.join("db"))
+                .journal_compression(fjall::CompressionType::None)
                 .max_journaling_size(MAX_JOURNALS)
                 .cache_size(cache_bytes)
                 .open();
@@ -199,15 +230,17 @@ impl Storage {
         });
         let (db, log_db) = (db?, log_db??);
         let storage = Storage {
+            wal: Arc::new(wal::Wal::open(&dir.join("wal"))?),
             raft_log: log_db.keyspace("raft_log", keyspace_options)?,
             raft_meta: log_db.keyspace("raft_meta", keyspace_options)?,
             log_db,
-            kv: db.keyspace("kv", keyspace_options)?,
+            kv: db.keyspace("kv", large_value_options)?,
             meta: db.keyspace("meta", keyspace_options)?,
             lease: db.keyspace("lease", keyspace_options)?,
             db,
             writeback: writeback::Writeback::start(&dir.join("db")),
         };
+        storage.move_log_to_wal()?;
         match storage.meta.get(meta_key::FORMAT_VERSION)? {
             None => {
                 storage
@@ -227,23 +260,49 @@ impl Storage {
         Ok(storage)
     }
 
+    /// Moves the Raft log of a data dir written by an earlier version (entries in the log
+    /// database's `raft_log` keyspace) to `wal/`. Done again from the start if a crash
+    /// interrupts it: the keyspace is emptied only once the segments are synced.
+    fn move_log_to_wal(&self) -> StorageResult<()> {
+        if self.raft_log.first_key_value().is_none() {
+            return Ok(());
+        }
+        self.wal.clear()?;
+        let mut moved = 0u64;
+        let mut batch = Vec::new();
+        for guard in self.raft_log.iter() {
+            let (k, v) = guard.into_inner()?;
+            batch.push((decode_index(&k)?, v.to_vec()));
+            if batch.len() == 4096 {
+                self.wal.append(&std::mem::take(&mut batch))?;
+            }
+            moved += 1;
+        }
+        self.wal.append(&batch)?;
+        self.wal.sync()?;
+        let keys: Vec<Vec<u8>> = self
+            .raft_log
+            .iter()
+            .map(|guard| guard.key().map(|k| k.to_vec()))
+            .collect::<Result<_, _>>()?;
+        for chunk in keys.chunks(4096) {
+            let mut b = self.log_db.batch();
+            for k in chunk {
+                b.remove(&self.raft_log, k.as_slice());
+            }
+            b.commit()?;
+        }
+        self.log_db.persist(PersistMode::SyncData)?;
+        tracing::info!(entries = moved, "moved the Raft log to its segment files");
+        Ok(())
+    }
+
     fn space(&self, space: Space) -> &Keyspace {
         match space {
             Space::Kv => &self.kv,
             Space::Meta => &self.meta,
             Space::Lease => &self.lease,
         }
-    }
-
-    /// Syncs the Raft log's journal (`fdatasync`, as etcd's WAL does: the data and the file
-    /// size, which is what reading it back needs).
-    ///
-    /// # Errors
-    /// When the sync fails.
-    #[tracing::instrument(name = "fsync", level = "debug", skip_all)]
-    pub fn persist_log(&self) -> StorageResult<()> {
-        self.log_db.persist(PersistMode::SyncData)?;
-        Ok(())
     }
 
     /// Syncs the state machine's journal.
@@ -330,98 +389,56 @@ impl Storage {
     /// [`Storage::persist_log`] (the caller syncs, so that many appends share one fsync).
     ///
     /// # Errors
-    /// On a write failure.
+    /// On a write failure, or an index at or below the log's end (truncate first).
     pub fn append_log(&self, entries: &[(u64, Vec<u8>)]) -> StorageResult<()> {
-        let mut batch = self.log_db.batch();
-        for (index, bytes) in entries {
-            batch.insert(&self.raft_log, index.to_be_bytes(), bytes.as_slice());
-        }
-        batch.commit()?;
-        Ok(())
+        Ok(self.wal.append(entries)?)
     }
 
     /// Log entries with `from <= index < to`, in order.
     ///
     /// # Errors
-    /// On a read failure.
+    /// On a read failure or a corrupt entry.
     pub fn log_range(&self, from: u64, to: u64) -> StorageResult<Vec<(u64, Vec<u8>)>> {
-        let mut out = Vec::new();
         if from >= to {
-            return Ok(out);
+            return Ok(Vec::new());
         }
-        for guard in self.raft_log.range(from.to_be_bytes()..to.to_be_bytes()) {
-            let (k, v) = guard.into_inner()?;
-            out.push((decode_index(&k)?, v.to_vec()));
-        }
-        Ok(out)
+        Ok(self.wal.read(from, to)?)
     }
 
     /// The last log entry, if any.
     ///
     /// # Errors
-    /// On a read failure.
+    /// On a read failure or a corrupt entry.
     pub fn last_log(&self) -> StorageResult<Option<(u64, Vec<u8>)>> {
-        match self.raft_log.last_key_value() {
-            None => Ok(None),
-            Some(guard) => {
-                let (k, v) = guard.into_inner()?;
-                Ok(Some((decode_index(&k)?, v.to_vec())))
-            }
-        }
+        Ok(self.wal.last()?)
     }
 
-    /// Removes every log entry at or below `upto`, in batches of `batch` deletions; not synced:
-    /// entries left by a crash are below the purged index, never read, and removed by the next
-    /// purge. Returns how many entries were removed.
+    /// Removes log entries at or below `upto`, whole segments at a time; not synced: entries
+    /// left by a crash are below the purged index, never read, and removed by the next purge.
+    /// Returns how many entries were removed.
     ///
     /// # Errors
-    /// On a read or write failure.
-    pub fn remove_log_prefix(&self, upto: u64, batch: usize) -> StorageResult<u64> {
-        self.remove_log_entries(0..=upto, batch)
+    /// On an I/O failure.
+    pub fn remove_log_prefix(&self, upto: u64) -> StorageResult<u64> {
+        Ok(self.wal.purge(upto)?)
     }
 
-    /// Removes the log entries whose index is in `range`; synced before returning.
+    /// Removes every log entry at or above `from`; synced before returning.
     ///
     /// # Errors
     /// On a write or fsync failure.
-    pub fn remove_log(&self, range: std::ops::RangeInclusive<u64>) -> StorageResult<()> {
-        self.remove_log_entries(range, usize::MAX)?;
-        self.persist_log()
+    pub fn truncate_log(&self, from: u64) -> StorageResult<()> {
+        Ok(self.wal.truncate(from)?)
     }
 
-    /// Removes the entries of `range` that exist (the log may have a gap below a snapshot it
-    /// installed), `batch` per write batch, each batch's scan starting after the last key
-    /// removed (not again over the deletions just made). Returns how many went.
-    fn remove_log_entries(
-        &self,
-        range: std::ops::RangeInclusive<u64>,
-        batch: usize,
-    ) -> StorageResult<u64> {
-        let (mut from, to) = (*range.start(), *range.end());
-        let mut removed = 0u64;
-        while from <= to {
-            let keys: Vec<Vec<u8>> = self
-                .raft_log
-                .range(from.to_be_bytes()..=to.to_be_bytes())
-                .take(batch.max(1))
-                .map(|guard| guard.key().map(|k| k.to_vec()))
-                .collect::<Result<_, _>>()?;
-            let Some(last) = keys.last() else {
-                break;
-            };
-            let last = decode_index(last)?;
-            let mut b = self.log_db.batch();
-            for k in &keys {
-                b.remove(&self.raft_log, k.as_slice());
-            }
-            b.commit()?;
-            removed += keys.len() as u64;
-            match last.checked_add(1) {
-                Some(next) => from = next,
-                None => break,
-            }
-        }
-        Ok(removed)
+    /// Syncs the Raft log (`fdatasync`, as etcd's WAL does: the data and the file size, which is
+    /// what reading it back needs).
+    ///
+    /// # Errors
+    /// When the sync fails.
+    #[tracing::instrument(name = "fsync", level = "debug", skip_all)]
+    pub fn persist_log(&self) -> StorageResult<()> {
+        Ok(self.wal.sync()?)
     }
 
     /// Writes a Raft metadata value (vote, purged) and syncs it.
@@ -430,7 +447,8 @@ impl Storage {
     /// On a write or fsync failure.
     pub fn put_raft_meta(&self, key: &str, value: &[u8]) -> StorageResult<()> {
         self.raft_meta.insert(key, value)?;
-        self.persist_log()
+        self.log_db.persist(PersistMode::SyncData)?;
+        Ok(())
     }
 
     /// Every entry of `space` whose key starts with `prefix`.
@@ -492,7 +510,9 @@ impl Storage {
 
     /// Approximate bytes on disk, log and state together.
     pub fn disk_space(&self) -> u64 {
-        self.db.disk_space().unwrap_or(0) + self.log_db.disk_space().unwrap_or(0)
+        self.db.disk_space().unwrap_or(0)
+            + self.log_db.disk_space().unwrap_or(0)
+            + self.wal.disk_space()
     }
 
     /// The size of the state (etcd's backend size, `Status.dbSize`, what the space quota
@@ -536,7 +556,7 @@ mod tests {
         {
             let s = Storage::open(dir.path())?;
             s.append_log(&[(1, b"a".to_vec()), (2, b"b".to_vec()), (3, b"c".to_vec())])?;
-            s.remove_log(3..=u64::MAX)?;
+            s.truncate_log(3)?;
         }
         let s = Storage::open(dir.path())?;
         assert_eq!(
@@ -545,26 +565,32 @@ mod tests {
         );
         assert_eq!(s.last_log()?.map(|(i, _)| i), Some(2));
         assert_eq!(s.log_range(1, 3)?.len(), 2);
-        s.remove_log(0..=1)?;
-        assert_eq!(s.log_range(0, 10)?.len(), 1);
         Ok(())
     }
 
     #[test]
-    fn a_log_prefix_is_removed_in_batches_walking_only_the_entries_there_are() -> StorageResult<()>
-    {
+    fn a_log_kept_in_fjall_by_an_earlier_version_moves_to_the_segment_files() -> StorageResult<()> {
         let dir = tempfile::tempdir().map_err(|e| StorageError(e.to_string()))?;
+        let entries: Vec<(u64, Vec<u8>)> = (5..=30).map(|i| (i, vec![i as u8; 100])).collect();
+        {
+            let s = Storage::open(dir.path())?;
+            let mut b = s.log_db.batch();
+            for (i, v) in &entries {
+                b.insert(&s.raft_log, i.to_be_bytes(), v.as_slice());
+            }
+            b.commit()?;
+            s.log_db.persist(PersistMode::SyncAll)?;
+        }
         let s = Storage::open(dir.path())?;
-        let entries: Vec<(u64, Vec<u8>)> = (5..=30).map(|i| (i, vec![i as u8])).collect();
-        s.append_log(&entries)?;
-        assert_eq!(s.remove_log_prefix(4, 3)?, 0, "below the first entry");
-        assert_eq!(s.remove_log_prefix(20, 3)?, 16);
-        assert_eq!(s.log_range(0, 100)?.first().map(|(i, _)| *i), Some(21));
-        // After a snapshot far past the log: a gap, then new entries; only what exists goes.
-        s.append_log(&[(1000, b"x".to_vec()), (1001, b"y".to_vec())])?;
-        assert_eq!(s.remove_log_prefix(1000, 3)?, 11);
-        assert_eq!(s.log_range(0, u64::MAX)?.len(), 1);
-        assert_eq!(s.last_log()?.map(|(i, _)| i), Some(1001));
+        assert_eq!(s.log_range(0, 100)?, entries);
+        assert!(s.raft_log.first_key_value().is_none(), "moved, not copied");
+        drop(s);
+        let s = Storage::open(dir.path())?;
+        assert_eq!(
+            s.log_range(0, 100)?,
+            entries,
+            "and still there after a reopen"
+        );
         Ok(())
     }
 }

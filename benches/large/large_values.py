@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Puts of large values (16 to 100 KiB), Concord beside etcd, at several concurrencies.
+
+For each value size, one fresh member of each server (etcd's flags, an 8 GiB quota); then
+`--rounds` rounds in which, for each client count, concord-bench's `put` runs `--seconds` on
+etcd and then on Concord (alternating, so the machine's drift hits both alike), over a key space
+of `--keys` keys (so puts overwrite, as a control plane's updates do). Reported per size and
+client count, medians over the rounds: puts/s, MB/s of values, p50 and p99, server CPU per put,
+and Concord's ratio to etcd. Both servers fsync every acknowledged put.
+
+    benches/large/large_values.py --etcd-dir .etcd-ref/bin/etcd-ref \\
+        --concord target/release/concord --bench target/release/concord-bench --out benches/large/
+"""
+
+import json
+import shutil
+import statistics
+import subprocess
+import tempfile
+
+from members import arguments, member, save, servers, stop, wait_healthy
+
+
+def puts(bench, endpoint, pid, seconds, clients, value_size, keys):
+    conns = max(1, min(8, clients // 4))
+    out = subprocess.run([bench, "put", "--endpoints", endpoint, "--clients", str(clients),
+                          "--conns", str(conns), "--duration", f"{seconds}s", "--value-size",
+                          str(value_size), "--key-space", str(keys), "--server-pids", str(pid),
+                          "--json"], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = arguments(__doc__)
+    ap.add_argument("--sizes", default="16384,65536,102400")
+    ap.add_argument("--clients", default="1,16,64")
+    ap.add_argument("--keys", type=int, default=1000)
+    ap.add_argument("--seconds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    etcdctl = f"{a.etcd_dir}/etcdctl"
+    sizes = [int(s) for s in a.sizes.split(",")]
+    client_counts = [int(c) for c in a.clients.split(",")]
+    runs = {}  # (server, size, clients) -> [result]
+    for size in sizes:
+        started = []
+        try:
+            for i, (label, binary) in enumerate(servers(a)):
+                d = tempfile.mkdtemp(prefix=f"values-{label.split()[0]}-", dir=a.work)
+                proc, ep = member(binary, "m0", 25800 + 10 * i, f"{d}/m0", log=f"{d}/server.log")
+                started.append((label, proc, ep, d))
+            for _, _, ep, _ in started:
+                wait_healthy(etcdctl, ep)
+            for _ in range(a.rounds):
+                for clients in client_counts:
+                    for label, proc, ep, _ in started:
+                        r = puts(a.bench, ep, proc.pid, a.seconds, clients, size, a.keys)
+                        runs.setdefault((label, size, clients), []).append(r)
+        finally:
+            stop([p for _, p, _, _ in started])
+            for *_, d in started:
+                shutil.rmtree(d, ignore_errors=True)
+
+    rows, by = [], {}
+    for (label, size, clients), rs in runs.items():
+        ops = statistics.median(r["ops_per_sec"] for r in rs)
+        row = {"server": label, "value_bytes": size, "clients": clients, "puts_per_sec": round(ops),
+               "mb_per_sec": round(ops * size / 1e6, 1),
+               "p50_ms": round(statistics.median(r["p50_ms"] for r in rs), 2),
+               "p99_ms": round(statistics.median(r["p99_ms"] for r in rs), 2),
+               "cpu_ms_per_put": round(statistics.median(
+                   1000 * r["server_cpu_seconds"] / max(1, r["ops"]) for r in rs), 3),
+               "errors": sum(r["errors"] for r in rs), "rounds": len(rs)}
+        rows.append(row)
+        by[(label, size, clients)] = row
+    lines = ["| value | clients | etcd puts/s | Concord puts/s | ratio | etcd p99 (ms) | "
+             "Concord p99 (ms) | etcd CPU ms/put | Concord CPU ms/put | CPU ratio |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for size in sizes:
+        for clients in client_counts:
+            e, c = by.get(("etcd 3.5.1", size, clients)), by.get(("Concord", size, clients))
+            if not e or not c:
+                continue
+            lines.append(
+                f"| {size // 1024} KiB | {clients} | {e['puts_per_sec']} | {c['puts_per_sec']} | "
+                f"{c['puts_per_sec'] / max(1, e['puts_per_sec']):.2f}x | {e['p99_ms']} | "
+                f"{c['p99_ms']} | {e['cpu_ms_per_put']} | {c['cpu_ms_per_put']} | "
+                f"{c['cpu_ms_per_put'] / max(1e-9, e['cpu_ms_per_put']):.2f}x |")
+    table = "\n".join(lines) + "\n"
+    print(table)
+    print(json.dumps(rows, indent=1))
+    if a.out:
+        save(a.out, "large-values", rows, table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,459 @@
+//! [`Wal`]: the Raft log as append-only segment files, as etcd keeps its WAL. Each entry is
+//! written once, where an LSM tree wrote it to its journal and again to its tables when its
+//! memtable was flushed (and large values, 100 KiB say, dominate what a member writes).
+//!
+//! - `wal/<first index, 16 hex digits>.seg`: the entries from that index on, each a record
+//!   `[payload length: u32 LE][CRC-32C of index and payload: u32 LE][index: u64 LE][payload]`,
+//!   indexes consecutive within a segment. The last segment takes appends; past
+//!   [`SEGMENT_BYTES`] it is synced and a new one begins. An append after a gap (the log was
+//!   purged past its end to a snapshot) begins a new segment too.
+//! - Appends are readable at once and durable after [`Wal::sync`] (the caller groups many
+//!   appends under one sync). A truncation is synced before it returns. A purge deletes whole
+//!   segments and is not synced: what a crash brings back lies below the purged index, which
+//!   the log store records durably and never reads below.
+//! - Opening reads every record header (not the payloads) to index the segments; the last
+//!   segment is read whole and cut after its last intact record (a write torn by a crash was
+//!   never reported durable). Payloads of other segments are checked when they are read.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A segment's size past which the next append begins a new one.
+const SEGMENT_BYTES: u64 = 64 << 20;
+const HEADER: usize = 16;
+const SUFFIX: &str = ".seg";
+
+/// One segment file: entries `first..first + offsets.len()`.
+struct Segment {
+    file: Arc<File>,
+    path: PathBuf,
+    first: u64,
+    /// Where each entry's record begins.
+    offsets: Vec<u64>,
+    /// Bytes of whole records (where the next one goes).
+    len: u64,
+}
+
+impl Segment {
+    /// The index after the last entry.
+    fn end(&self) -> u64 {
+        self.first + self.offsets.len() as u64
+    }
+
+    /// Where entry `index`'s record lies: (offset, length).
+    fn span(&self, index: u64) -> Option<(u64, u64)> {
+        let i = usize::try_from(index.checked_sub(self.first)?).ok()?;
+        let start = *self.offsets.get(i)?;
+        let end = self.offsets.get(i + 1).copied().unwrap_or(self.len);
+        Some((start, end - start))
+    }
+}
+
+struct Inner {
+    /// By first index.
+    segments: BTreeMap<u64, Segment>,
+    /// A segment was created or removed since the directory was last synced.
+    dir_changed: bool,
+}
+
+/// The Raft log's segment files in one directory.
+pub struct Wal {
+    dir: PathBuf,
+    /// [`SEGMENT_BYTES`], smaller in tests.
+    segment_bytes: u64,
+    inner: Mutex<Inner>,
+}
+
+fn corrupt(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
+fn checksum(index: u64, payload: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&index.to_le_bytes()), payload)
+}
+
+fn segment_path(dir: &Path, first: u64) -> PathBuf {
+    dir.join(format!("{first:016x}{SUFFIX}"))
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// A record header: (payload length, checksum, index).
+fn parse_header(h: &[u8; HEADER]) -> (u64, u32, u64) {
+    let word = |r: std::ops::Range<usize>| {
+        let mut b = [0u8; 8];
+        b[..r.len()].copy_from_slice(&h[r]);
+        u64::from_le_bytes(b)
+    };
+    (word(0..4), word(4..8) as u32, word(8..16))
+}
+
+impl Wal {
+    /// Opens (or creates) the log in `dir`, indexing its segments and cutting a torn tail.
+    ///
+    /// # Errors
+    /// On an I/O failure, or a segment that is corrupt other than at the log's very end.
+    pub fn open(dir: &Path) -> io::Result<Wal> {
+        Self::open_with(dir, SEGMENT_BYTES)
+    }
+
+    fn open_with(dir: &Path, segment_bytes: u64) -> io::Result<Wal> {
+        std::fs::create_dir_all(dir)?;
+        let mut firsts = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            if let Some(hex) = name.strip_suffix(SUFFIX) {
+                let first = u64::from_str_radix(hex, 16)
+                    .map_err(|_| corrupt(format!("unexpected file {name} in the Raft log")))?;
+                firsts.push(first);
+            }
+        }
+        firsts.sort_unstable();
+        let mut segments = BTreeMap::new();
+        let count = firsts.len();
+        for (n, first) in firsts.into_iter().enumerate() {
+            let segment = Self::index_segment(dir, first, n + 1 == count)?;
+            if let Some((_, before)) = segments.last_key_value() {
+                let before: &Segment = before;
+                if before.end() > first {
+                    return Err(corrupt(format!(
+                        "Raft log segments overlap at index {first}"
+                    )));
+                }
+            }
+            segments.insert(first, segment);
+        }
+        Ok(Wal {
+            dir: dir.to_path_buf(),
+            segment_bytes,
+            inner: Mutex::new(Inner {
+                segments,
+                dir_changed: false,
+            }),
+        })
+    }
+
+    /// Reads segment `first`'s record headers; the `last` segment's records whole, cut after
+    /// the last intact one.
+    fn index_segment(dir: &Path, first: u64, last: bool) -> io::Result<Segment> {
+        let path = segment_path(dir, first);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)?;
+        let size = file.metadata()?.len();
+        let mut reader = BufReader::with_capacity(256 << 10, &file);
+        let (mut offsets, mut at) = (Vec::new(), 0u64);
+        let mut payload = Vec::new();
+        let torn = loop {
+            if at == size {
+                break None;
+            }
+            let mut h = [0u8; HEADER];
+            if size - at < HEADER as u64 || reader.read_exact(&mut h).is_err() {
+                break Some("a torn record header");
+            }
+            let (len, sum, index) = parse_header(&h);
+            let expected = first + offsets.len() as u64;
+            if index != expected || size - at - (HEADER as u64) < len {
+                break Some("a record out of place or cut short");
+            }
+            if last {
+                payload.resize(len as usize, 0);
+                if reader.read_exact(&mut payload).is_err() || checksum(index, &payload) != sum {
+                    break Some("a record whose checksum does not match");
+                }
+            } else {
+                reader.seek_relative(len as i64)?;
+            }
+            offsets.push(at);
+            at += HEADER as u64 + len;
+        };
+        drop(reader);
+        if let Some(what) = torn {
+            if !last {
+                return Err(corrupt(format!(
+                    "Raft log segment {} has {what} at offset {at}",
+                    path.display()
+                )));
+            }
+            tracing::warn!(path = %path.display(), offset = at, "cutting a torn Raft log tail: {what}");
+            file.set_len(at)?;
+            file.sync_data()?;
+        }
+        Ok(Segment {
+            file: Arc::new(file),
+            path,
+            first,
+            offsets,
+            len: at,
+        })
+    }
+
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends `(index, payload)` entries in order: each must follow the log's last entry, or
+    /// leave a gap after it (never overwrite: truncate first). Readable at once, durable after
+    /// the next [`Wal::sync`].
+    ///
+    /// # Errors
+    /// On an I/O failure or an index at or below the log's end.
+    pub fn append(&self, entries: &[(u64, Vec<u8>)]) -> io::Result<()> {
+        let mut inner = self.inner();
+        let mut i = 0;
+        while i < entries.len() {
+            let first = entries[i].0;
+            let fits = inner.segments.last_key_value().and_then(|(_, s)| {
+                (s.end() == first && s.len < self.segment_bytes).then_some(s.first)
+            });
+            let key = match fits {
+                Some(key) => key,
+                None => self.begin_segment(&mut inner, first)?,
+            };
+            let segment = inner
+                .segments
+                .get_mut(&key)
+                .ok_or_else(|| io::Error::other("Raft log segment vanished"))?;
+            // Up to the segment's limit, as one write.
+            let mut buf = Vec::new();
+            let mut offsets = Vec::new();
+            while let Some((index, payload)) = entries.get(i) {
+                if *index != segment.end() + offsets.len() as u64
+                    || (!offsets.is_empty() && segment.len + buf.len() as u64 >= self.segment_bytes)
+                {
+                    break;
+                }
+                let len = u32::try_from(payload.len())
+                    .map_err(|_| io::Error::other("Raft log entry over 4 GiB"))?;
+                offsets.push(segment.len + buf.len() as u64);
+                buf.extend_from_slice(&len.to_le_bytes());
+                buf.extend_from_slice(&checksum(*index, payload).to_le_bytes());
+                buf.extend_from_slice(&index.to_le_bytes());
+                buf.extend_from_slice(payload);
+                i += 1;
+            }
+            segment.file.write_all_at(&buf, segment.len)?;
+            segment.len += buf.len() as u64;
+            segment.offsets.extend(offsets);
+        }
+        Ok(())
+    }
+
+    /// Starts a segment at `first` after the last one, which is synced first (so only the last
+    /// segment can ever hold unsynced records). Returns its key.
+    fn begin_segment(&self, inner: &mut Inner, first: u64) -> io::Result<u64> {
+        if let Some((_, last)) = inner.segments.last_key_value() {
+            if first < last.end() {
+                return Err(io::Error::other(format!(
+                    "Raft log append at {first} would overwrite up to {}",
+                    last.end()
+                )));
+            }
+            last.file.sync_data()?;
+            if last.offsets.is_empty() {
+                // Created and never written: nothing to keep.
+                let key = last.first;
+                std::fs::remove_file(&last.path)?;
+                inner.segments.remove(&key);
+            }
+        }
+        let path = segment_path(&self.dir, first);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)?;
+        inner.segments.insert(
+            first,
+            Segment {
+                file: Arc::new(file),
+                path,
+                first,
+                offsets: Vec::new(),
+                len: 0,
+            },
+        );
+        inner.dir_changed = true;
+        Ok(first)
+    }
+
+    /// Makes every append so far durable: the last segment's data, and the directory if
+    /// segments came or went.
+    ///
+    /// # Errors
+    /// On an fsync failure.
+    pub fn sync(&self) -> io::Result<()> {
+        let (file, dir_changed) = {
+            let mut inner = self.inner();
+            let file = inner.segments.last_key_value().map(|(_, s)| s.file.clone());
+            (file, std::mem::take(&mut inner.dir_changed))
+        };
+        if let Some(file) = file {
+            file.sync_data()?;
+        }
+        if dir_changed {
+            if let Err(e) = sync_dir(&self.dir) {
+                self.inner().dir_changed = true;
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// The entries with `from <= index < to` that the log holds, in order.
+    ///
+    /// # Errors
+    /// On a read failure or a corrupt record.
+    pub fn read(&self, from: u64, to: u64) -> io::Result<Vec<(u64, Vec<u8>)>> {
+        // Where each lies, taken under the lock; read outside it.
+        let mut spans = Vec::new();
+        {
+            let inner = self.inner();
+            let start = inner
+                .segments
+                .range(..=from)
+                .next_back()
+                .map_or(from, |(k, _)| *k);
+            for s in inner.segments.range(start..to).map(|(_, s)| s) {
+                let (lo, hi) = (from.max(s.first), to.min(s.end()));
+                if lo >= hi {
+                    continue;
+                }
+                let (begin, _) = s.span(lo).ok_or_else(|| io::Error::other("index"))?;
+                let (last_start, last_len) =
+                    s.span(hi - 1).ok_or_else(|| io::Error::other("index"))?;
+                spans.push((s.file.clone(), lo, begin, last_start + last_len));
+            }
+        }
+        let mut out = Vec::new();
+        for (file, mut index, begin, end) in spans {
+            let mut bytes = vec![0u8; usize::try_from(end - begin).map_err(io::Error::other)?];
+            file.read_exact_at(&mut bytes, begin)?;
+            let mut rest = &bytes[..];
+            while !rest.is_empty() {
+                let h: &[u8; HEADER] = rest
+                    .get(..HEADER)
+                    .and_then(|h| h.try_into().ok())
+                    .ok_or_else(|| corrupt(format!("Raft log entry {index} cut short")))?;
+                let (len, sum, found) = parse_header(h);
+                let payload = rest
+                    .get(HEADER..HEADER + len as usize)
+                    .ok_or_else(|| corrupt(format!("Raft log entry {index} cut short")))?;
+                if found != index || checksum(index, payload) != sum {
+                    return Err(corrupt(format!("Raft log entry {index} is corrupt")));
+                }
+                out.push((index, payload.to_vec()));
+                rest = &rest[HEADER + len as usize..];
+                index += 1;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The last entry, if the log holds any.
+    ///
+    /// # Errors
+    /// On a read failure or a corrupt record.
+    pub fn last(&self) -> io::Result<Option<(u64, Vec<u8>)>> {
+        let end = {
+            let inner = self.inner();
+            let last = inner
+                .segments
+                .values()
+                .rev()
+                .find(|s| !s.offsets.is_empty());
+            match last {
+                Some(s) => s.end(),
+                None => return Ok(None),
+            }
+        };
+        Ok(self.read(end - 1, end)?.pop())
+    }
+
+    /// Removes every entry at or above `from`, durably.
+    ///
+    /// # Errors
+    /// On an I/O failure.
+    pub fn truncate(&self, from: u64) -> io::Result<()> {
+        let mut inner = self.inner();
+        // Newest first: a crash part way leaves a shorter log, never one with a hole.
+        let doomed: Vec<u64> = inner
+            .segments
+            .range(from..)
+            .map(|(k, _)| *k)
+            .rev()
+            .collect();
+        for key in doomed {
+            if let Some(s) = inner.segments.remove(&key) {
+                std::fs::remove_file(&s.path)?;
+            }
+        }
+        if let Some((_, s)) = inner.segments.range_mut(..from).next_back() {
+            if let Some((cut, _)) = s.span(from) {
+                s.file.set_len(cut)?;
+                s.file.sync_data()?;
+                s.len = cut;
+                s.offsets.truncate((from - s.first) as usize);
+            }
+        }
+        sync_dir(&self.dir)?;
+        inner.dir_changed = false;
+        Ok(())
+    }
+
+    /// Deletes the segments whose entries all lie at or below `upto` (not synced; see the
+    /// module's doc). Returns how many entries went.
+    ///
+    /// # Errors
+    /// On an I/O failure.
+    pub fn purge(&self, upto: u64) -> io::Result<u64> {
+        let mut inner = self.inner();
+        let doomed: Vec<u64> = inner
+            .segments
+            .values()
+            .filter(|s| s.end() <= upto.saturating_add(1) && !s.offsets.is_empty())
+            .map(|s| s.first)
+            .collect();
+        let mut removed = 0;
+        for key in doomed {
+            if let Some(s) = inner.segments.remove(&key) {
+                std::fs::remove_file(&s.path)?;
+                removed += s.offsets.len() as u64;
+                inner.dir_changed = true;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Whether the log holds no entry.
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.inner().segments.values().all(|s| s.offsets.is_empty())
+    }
+
+    /// Bytes of the segment files.
+    pub fn disk_space(&self) -> u64 {
+        self.inner().segments.values().map(|s| s.len).sum()
+    }
+
+    /// Deletes every segment, durably (a new log begins; used when an older data dir's log is
+    /// moved here).
+    ///
+    /// # Errors
+    /// On an I/O failure.
+    pub fn clear(&self) -> io::Result<()> {
+        self.truncate(0)
+    }
+}
+
+#[cfg(test)]
+mod tests;
