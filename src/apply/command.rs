@@ -1,6 +1,8 @@
 //! The Raft log entry payload ([`Command`]) and its result ([`CommandResult`]), both protobuf
 //! messages of `proto/concord/raft.proto`. Protobuf keeps the log readable by newer binaries;
-//! serde (for openraft) carries the same protobuf bytes.
+//! serde (for openraft) carries the same protobuf bytes. A log entry holds a command as its
+//! encoding ([`EncodedCommand`]): encoded once when proposed, shared (not copied) by the log's
+//! cache, the replication to followers and the apply, and decoded once to be applied.
 
 use prost::Message;
 use serde::de::Error as _;
@@ -78,6 +80,38 @@ fn serde_bytes_vec<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error>
 serde_as_protobuf!(Command);
 serde_as_protobuf!(CommandResult);
 
+/// A [`Command`]'s protobuf encoding: the payload of a Raft log entry. It serializes to the same
+/// bytes as the [`Command`] itself, so logs and peers of either form read each other.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EncodedCommand(bytes::Bytes);
+
+impl EncodedCommand {
+    /// Encodes `cmd`.
+    pub fn encode(cmd: &Command) -> Self {
+        EncodedCommand(cmd.encode_to_vec().into())
+    }
+
+    /// The command.
+    ///
+    /// # Errors
+    /// When the bytes are not a [`Command`] (a corrupt entry).
+    pub fn decode(&self) -> Result<Command, prost::DecodeError> {
+        Command::decode(self.0.as_ref())
+    }
+}
+
+impl Serialize for EncodedCommand {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for EncodedCommand {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(EncodedCommand(serde_bytes_vec(d)?.into()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,6 +127,11 @@ mod tests {
         let bytes = bincode::serialize(&cmd)?;
         let back: Command = bincode::deserialize(&bytes)?;
         assert_eq!(back, cmd);
+        // Its encoded form is the same bytes, both ways.
+        let encoded = EncodedCommand::encode(&cmd);
+        assert_eq!(bincode::serialize(&encoded)?, bytes);
+        let back: EncodedCommand = bincode::deserialize(&bytes)?;
+        assert_eq!(back.decode().ok(), Some(cmd));
         Ok(())
     }
 }

@@ -11,7 +11,9 @@ pub mod command;
 pub mod kv;
 pub mod txn;
 
-pub use command::{Command, CommandBatch, CommandResult, CommandResults, Op, Outcome};
+pub use command::{
+    Command, CommandBatch, CommandResult, CommandResults, EncodedCommand, Op, Outcome,
+};
 
 use prost::Message;
 

@@ -7,7 +7,7 @@ use prost::Message;
 use super::KeyRevision;
 use crate::pb::mvccpb::event::EventType;
 use crate::pb::mvccpb::{Event, KeyValue};
-use crate::storage::{meta_key, StorageError, StorageResult};
+use crate::storage::{meta_key, StorageError, StorageResult, Value};
 
 const PUT_TAG: u8 = b'p';
 const TOMBSTONE_TAG: u8 = b't';
@@ -79,11 +79,13 @@ pub(super) fn to_event(tombstone: bool, kv: KeyValue) -> Event {
     }
 }
 
-pub(super) fn encode_record(tombstone: bool, kv: &KeyValue) -> Vec<u8> {
-    let mut out = Vec::with_capacity(1 + kv.encoded_len());
-    out.push(if tombstone { TOMBSTONE_TAG } else { PUT_TAG });
-    kv.encode(&mut out).unwrap_or_default();
-    out
+pub(super) fn encode_record(tombstone: bool, kv: &KeyValue) -> Value {
+    Value::build(1 + kv.encoded_len(), |out| {
+        if let Some((tag, mut body)) = out.split_first_mut() {
+            *tag = if tombstone { TOMBSTONE_TAG } else { PUT_TAG };
+            kv.encode(&mut body).unwrap_or_default();
+        }
+    })
 }
 
 /// Decodes a stored record as `M` (the whole `KeyValue`, or just the fields the index needs);

@@ -9,7 +9,7 @@ use super::store::{load_from_disk, KvTxn, State};
 use super::{KeyRange, KeyRevision, Revision};
 use crate::error::{Error, Result};
 use crate::pb::mvccpb::{Event, KeyValue};
-use crate::storage::{meta_key, Space, Storage, StorageResult};
+use crate::storage::{meta_key, Space, Storage, StorageResult, Value};
 
 /// A write of one or more requests into one atomic batch (the apply path's unit of work).
 ///
@@ -24,7 +24,7 @@ pub struct WriteTxn<'a> {
     alarms_changed: bool,
     /// Writes of this batch by keyspace and key (`None` deletes), readable before commit and
     /// written as one fjall batch by [`WriteTxn::commit`].
-    staged: BTreeMap<(Space, Vec<u8>), Option<Vec<u8>>>,
+    staged: BTreeMap<(Space, Vec<u8>), Option<Value>>,
     /// Changes made by the current request.
     sub: i64,
     /// Whether anything was written since the batch began.
@@ -115,7 +115,7 @@ impl<'a> WriteTxn<'a> {
         self.state.leases.grant(id, ttl, 0);
         self.staged.insert(
             (Space::Lease, id.to_be_bytes().to_vec()),
-            Some(encode_lease(ttl, 0)),
+            Some(encode_lease(ttl, 0).into()),
         );
         Ok(())
     }
@@ -125,7 +125,7 @@ impl<'a> WriteTxn<'a> {
         if let Some(ttl) = self.state.leases.checkpoint(id, remaining) {
             self.staged.insert(
                 (Space::Lease, id.to_be_bytes().to_vec()),
-                Some(encode_lease(ttl, remaining)),
+                Some(encode_lease(ttl, remaining).into()),
             );
         }
     }
@@ -147,7 +147,7 @@ impl<'a> WriteTxn<'a> {
     /// Adds a metadata write (applied index, membership) to the batch.
     pub fn set_meta(&mut self, key: &[u8], value: &[u8]) {
         self.staged
-            .insert((Space::Meta, key.to_vec()), Some(value.to_vec()));
+            .insert((Space::Meta, key.to_vec()), Some(value.to_vec().into()));
     }
 
     /// Adds a metadata delete to the batch.
@@ -174,7 +174,8 @@ impl<'a> WriteTxn<'a> {
         if changed {
             self.alarms_changed = true;
             let key = alarm_key(member, alarm);
-            self.staged.insert((Space::Meta, key), on.then(Vec::new));
+            self.staged
+                .insert((Space::Meta, key), on.then(Value::default));
         }
         changed
     }
@@ -203,7 +204,7 @@ impl<'a> WriteTxn<'a> {
         let mut batch = self.storage.batch();
         for ((space, key), value) in std::mem::take(&mut self.staged) {
             match value {
-                Some(v) => batch.insert(space, &key, &v),
+                Some(v) => batch.insert_value(space, &key, v),
                 None => batch.remove(space, &key),
             }
         }

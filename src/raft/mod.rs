@@ -35,7 +35,7 @@ pub use network::NetworkFactory;
 pub use peer::PeerService;
 pub use state_machine::StateMachine;
 
-use crate::apply::{Command, CommandResult};
+use crate::apply::{CommandResult, EncodedCommand};
 use crate::mvcc::MvccStore;
 use crate::storage::{Storage, StorageError};
 use crate::watch::WatchHub;
@@ -43,7 +43,7 @@ use crate::watch::WatchHub;
 openraft::declare_raft_types!(
     /// Concord's openraft type configuration.
     pub TypeConfig:
-        D = Command,
+        D = EncodedCommand,
         R = CommandResult,
         NodeId = u64,
         Node = BasicNode,

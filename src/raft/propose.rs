@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::route::Leader;
 use super::{Raft, RaftNode};
-use crate::apply::{Command, CommandBatch, CommandResult, Op, Outcome};
+use crate::apply::{Command, CommandBatch, CommandResult, EncodedCommand, Op, Outcome};
 use crate::error::{Error, Result};
 
 // One entry in flight: the next entry forms while the current one is flushed, replicated and
@@ -81,7 +81,7 @@ async fn submit(raft: &Raft, mut batch: Vec<(Command, Waiter)>) {
     } else {
         Command::new(Op::Batch(CommandBatch { commands: cmds }))
     };
-    let result = match raft.client_write(entry).await {
+    let result = match raft.client_write(EncodedCommand::encode(&entry)).await {
         Ok(resp) => Ok(resp.data),
         Err(RaftError::APIError(_)) => Err(Error::LeaderChanged),
         Err(RaftError::Fatal(_)) => Err(Error::Stopped),

@@ -162,7 +162,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             }
             let result = match &entry.payload {
                 EntryPayload::Blank => CommandResult::default(),
-                EntryPayload::Normal(cmd) => {
+                EntryPayload::Normal(encoded) => {
+                    let cmd = &encoded.decode().map_err(sm_err)?;
                     let started = std::time::Instant::now();
                     let result = apply::apply(&mut w, &self.auth, entry.log_id.index, cmd);
                     let took = started.elapsed();
