@@ -5,8 +5,11 @@ For each server: one member with `--snapshot-count 2000` and a raised quota; `--
 `--value-size` bytes loaded by 16 clients (concord-bench `load`); then `etcdctl snapshot save`;
 then a second member added (`member add`, started with `--initial-cluster-state existing`),
 which must be sent a snapshot. Reported: load time, resident memory (RSS) after the load, the
-peak RSS above that while the snapshot is saved, time for the new member to catch up, and the
-sender's and the newcomer's peak RSS meanwhile (sampled every 20 ms from /proc).
+size of the data dir, the time to serve again after a restart (SIGTERM, start, until `etcdctl
+endpoint health` succeeds) and the RSS then, the peak RSS above that while the snapshot is
+saved, time for the new member to catch up, and the sender's and the newcomer's peak RSS
+meanwhile (sampled every 20 ms from /proc). `--name` names the result files (the 8 GiB profile:
+`--keys 4194304 --value-size 2048 --name large-profile-8g`).
 
     benches/large/snapshot_memory.py --etcd-dir .etcd-ref/bin/etcd-ref \\
         --concord target/release/concord --bench target/release/concord-bench --out benches/large/
@@ -59,6 +62,16 @@ def run(label, server, etcdctl, bench, keys, value_size, work):
         load(bench, ep0, keys, value_size)
         load_s = time.time() - started
         time.sleep(2)
+        rss_after_load = rss_mib(m0.pid)
+        disk = int(subprocess.run(["du", "-sb", f"{d}/m0"], capture_output=True, text=True,
+                                  check=True).stdout.split()[0])
+        stop([m0])
+        started = time.time()
+        m0, ep0 = member(server, "m0", port, f"{d}/m0", extra=snapshots, log=f"{d}/m0.log")
+        procs = [m0]
+        wait_healthy(etcdctl, ep0, within=1200)
+        restart_s = time.time() - started
+        time.sleep(2)
         steady = rss_mib(m0.pid)
         peak = Peak([m0.pid])
         started = time.time()
@@ -80,19 +93,21 @@ def run(label, server, etcdctl, bench, keys, value_size, work):
         time.sleep(0.05)
         peak = Peak([m0.pid, m1.pid])
         target = status(etcdctl, ep0)["header"]["revision"]
-        deadline = time.time() + 600
+        deadline = time.time() + 1800
         while True:
             s = status(etcdctl, ep1)
             if s and s["header"]["revision"] >= target:
                 break
             if time.time() > deadline:
-                raise SystemExit(f"{label}: the new member did not catch up in 600 s")
+                raise SystemExit(f"{label}: the new member did not catch up in 1800 s")
             time.sleep(0.1)
         join_s = time.time() - started
         peaks = peak.done()
         return {
             "server": label, "keys": keys, "value_bytes": value_size,
-            "load_s": round(load_s, 1), "rss_after_load_mib": round(steady),
+            "load_s": round(load_s, 1), "rss_after_load_mib": round(rss_after_load),
+            "disk_gib": round(disk / 2**30, 2), "restart_s": round(restart_s, 2),
+            "rss_after_restart_mib": round(steady),
             "snapshot_bytes": size, "snapshot_save_s": round(save_s, 1),
             "snapshot_save_rss_above_mib": round(save_peak - steady),
             "new_member_caught_up_s": round(join_s, 1),
@@ -108,20 +123,22 @@ def main():
     ap = arguments(__doc__)
     ap.add_argument("--keys", type=int, default=65536)
     ap.add_argument("--value-size", type=int, default=16384)
+    ap.add_argument("--name", default="snapshot-memory")
     a = ap.parse_args()
     etcdctl = f"{a.etcd_dir}/etcdctl"
     rows = []
     for label, server in servers(a):
         rows.append(run(label, server, etcdctl, a.bench, a.keys, a.value_size, a.work))
         print(json.dumps(rows[-1]), flush=True)
-    cols = ["load_s", "rss_after_load_mib", "snapshot_save_s", "snapshot_save_rss_above_mib",
+    cols = ["load_s", "rss_after_load_mib", "disk_gib", "restart_s", "rss_after_restart_mib",
+            "snapshot_save_s", "snapshot_save_rss_above_mib",
             "new_member_caught_up_s", "sender_rss_above_mib", "newcomer_peak_rss_mib"]
     table = "| server | " + " | ".join(cols) + " |\n|---|" + "---:|" * len(cols) + "\n"
     for r in rows:
         table += f"| {r['server']} | " + " | ".join(str(r[c]) for c in cols) + " |\n"
     print(table)
     if a.out:
-        save(a.out, "snapshot-memory", rows, table)
+        save(a.out, a.name, rows, table)
 
 
 if __name__ == "__main__":
