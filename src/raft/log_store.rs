@@ -144,16 +144,63 @@ impl LogStore {
     /// Whether the state machine's state on disk is applied up to `log_id`. (While a snapshot
     /// is received its install is not marked yet: the applied index is all there is.)
     fn state_covers(&self, log_id: LogId<u64>) -> Result<bool, StorageError<u64>> {
+        Ok(self
+            .applied_on_disk()?
+            .is_some_and(|a| a.index >= log_id.index))
+    }
+
+    /// The applied log id of the state on disk.
+    fn applied_on_disk(&self) -> Result<Option<LogId<u64>>, StorageError<u64>> {
         use crate::storage::{meta_key, Space};
-        let applied: Option<LogId<u64>> = match self
+        match self
             .storage
             .get(Space::Meta, meta_key::APPLIED)
             .map_err(read_err)?
         {
-            Some(b) => bincode::deserialize(&b).map_err(read_err)?,
-            None => None,
+            Some(b) => bincode::deserialize(&b).map_err(read_err),
+            None => Ok(None),
+        }
+    }
+
+    /// At start, before openraft reads the log: when the log resumed after a snapshot past its
+    /// end and the purge of what came before was postponed (the snapshot was still being
+    /// installed) and then lost to a crash, the log has a gap below the snapshot, and openraft,
+    /// reading the log ids from the purged one on, would fail on it. The state on disk covers
+    /// the gap (it holds the snapshot), so the log is purged up to the applied id, as the
+    /// postponed purge would have done.
+    ///
+    /// # Errors
+    /// When the log or the state cannot be read, or the purge not recorded.
+    pub fn purge_below_gap(&self) -> Result<(), StorageError<u64>> {
+        let Some(resumed) = self.storage.log_after_gap() else {
+            return Ok(());
         };
-        Ok(applied.is_some_and(|a| a.index >= log_id.index))
+        let Some(applied) = self.applied_on_disk()? else {
+            return Ok(());
+        };
+        let purged: Option<LogId<u64>> = self.read_meta(PURGED)?;
+        // Nothing to do when the state does not reach the gap, or the log is purged past it.
+        if applied.index.saturating_add(1) < resumed
+            || purged.is_some_and(|p| p.index.saturating_add(1) >= resumed)
+        {
+            return Ok(());
+        }
+        tracing::info!(
+            upto = applied.index,
+            resumed,
+            "purging the Raft log below the gap a snapshot install left"
+        );
+        self.write_meta(PURGED, &applied)?;
+        self.shared.first_readable.fetch_max(
+            applied.index.saturating_add(1),
+            std::sync::atomic::Ordering::AcqRel,
+        );
+        if self.purger.send(applied.index).is_err() {
+            self.storage
+                .remove_log_prefix(applied.index)
+                .map_err(write_err)?;
+        }
+        Ok(())
     }
 
     fn write_meta<T: serde::Serialize>(&self, key: &str, v: &T) -> Result<(), StorageError<u64>> {
@@ -310,17 +357,24 @@ impl RaftLogReader<TypeConfig> for LogStore {
         if let Some(entries) = self.shared.cached(start, end) {
             return Ok(entries);
         }
+        // The buffer first: an entry the sync thread moves from it to disk meanwhile is then
+        // read from disk (read the other way round, it could be missed by both).
+        let buffered: Vec<(u64, Vec<u8>)> = if start < end {
+            self.shared
+                .buffer()
+                .range(start..end)
+                .map(|(i, (_, b))| (*i, b.clone()))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut raw: BTreeMap<u64, Vec<u8>> = self
             .storage
             .log_range(start, end)
             .map_err(read_err)?
             .into_iter()
             .collect();
-        if start < end {
-            for (i, (_, b)) in self.shared.buffer().range(start..end) {
-                raw.insert(*i, b.clone());
-            }
-        }
+        raw.extend(buffered);
         raw.values()
             .map(|b| bincode::deserialize::<Entry>(b).map_err(read_err))
             .collect()

@@ -171,6 +171,8 @@ impl RaftNode {
         let log = LogStore::new(storage.clone()).watching_installs(snapshots.receiving_flag());
         log.uncommit_vote()
             .map_err(|e| StorageError(e.to_string()))?;
+        log.purge_below_gap()
+            .map_err(|e| StorageError(e.to_string()))?;
         if let Some(addr) = &options.force_new_cluster {
             if log.last_log_id().ok().flatten().is_some() {
                 let at = log

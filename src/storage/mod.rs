@@ -9,7 +9,7 @@
 //!
 //! | keyspace    | key                          | value                                   | since |
 //! |-------------|------------------------------|-----------------------------------------|-------|
-//! | `raft_log`  | log index, u64 big-endian    | bincode openraft `Entry`; moved to `wal/` since v1.1 (empty) | v1    |
+//! | `raft_log`  | log index, u64 big-endian    | bincode openraft `Entry`; empty since v2 (`wal/`) | v1    |
 //! | `raft_meta` | `vote`, `committed`, `purged`| bincode openraft types                  | v1    |
 //! | `kv`        | [`Revision`] bytes (16)      | record: `p`/`t` + protobuf `KeyValue`   | v1    |
 //! | `meta`      | see [`meta_key`]             | state-machine metadata                  | v1    |
@@ -30,8 +30,10 @@ mod writeback;
 pub use view::View;
 
 /// The on-disk format this binary writes. Written at creation; a data dir with a newer format is
-/// refused, an older one would be upgraded here.
-pub const FORMAT_VERSION: u32 = 1;
+/// refused, an older one is upgraded at open. 2: the Raft log's entries in `wal/` (1 kept them in
+/// the `raft_log` keyspace; a binary of format 1 refuses a dir of format 2, rather than take its
+/// empty `raft_log` for an empty log).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Keys of the `meta` keyspace.
 pub mod meta_key {
@@ -281,21 +283,29 @@ impl Storage {
             db,
             writeback: writeback::Writeback::start(&dir.join("db")),
         };
-        storage.move_log_to_wal()?;
-        match storage.meta.get(meta_key::FORMAT_VERSION)? {
-            None => {
+        let found = match storage.meta.get(meta_key::FORMAT_VERSION)? {
+            None => None,
+            Some(v) => Some(
+                <[u8; 4]>::try_from(&v[..])
+                    .map(u32::from_be_bytes)
+                    .map_err(|_| StorageError("corrupt data dir format version".into()))?,
+            ),
+        };
+        match found {
+            Some(FORMAT_VERSION) => {}
+            None | Some(1) => {
+                if found == Some(1) {
+                    storage.move_log_to_wal()?;
+                }
                 storage
                     .meta
                     .insert(meta_key::FORMAT_VERSION, FORMAT_VERSION.to_be_bytes())?;
                 storage.persist_state()?;
             }
-            Some(v) => {
-                let found = <[u8; 4]>::try_from(&v[..]).ok().map(u32::from_be_bytes);
-                if found != Some(FORMAT_VERSION) {
-                    return Err(StorageError(format!(
-                        "data dir format {found:?} is not supported (this binary writes {FORMAT_VERSION})"
-                    )));
-                }
+            Some(other) => {
+                return Err(StorageError(format!(
+                    "data dir format {other} is not supported (this binary writes {FORMAT_VERSION})"
+                )));
             }
         }
         Ok(storage)
@@ -321,18 +331,14 @@ impl Storage {
         }
         self.wal.append(&batch)?;
         self.wal.sync()?;
-        let keys: Vec<Vec<u8>> = self
-            .raft_log
-            .iter()
-            .map(|guard| guard.key().map(|k| k.to_vec()))
-            .collect::<Result<_, _>>()?;
-        for chunk in keys.chunks(4096) {
-            let mut b = self.log_db.batch();
-            for k in chunk {
-                b.remove(&self.raft_log, k.as_slice());
-            }
-            b.commit()?;
+        // One batch, so atomic: were the keyspace emptied in parts, a crash part way would
+        // leave some entries there, and the next start would move only those, over the whole
+        // copy.
+        let mut b = self.log_db.batch();
+        for guard in self.raft_log.iter() {
+            b.remove(&self.raft_log, guard.key()?);
         }
+        b.commit()?;
         self.log_db.persist(PersistMode::SyncData)?;
         tracing::info!(entries = moved, "moved the Raft log to its segment files");
         Ok(())
@@ -470,6 +476,12 @@ impl Storage {
     /// On a write or fsync failure.
     pub fn truncate_log(&self, from: u64) -> StorageResult<()> {
         Ok(self.wal.truncate(from)?)
+    }
+
+    /// The first index of the log's contiguous end when an earlier part lies before a gap (see
+    /// [`wal::Wal::after_gap`]).
+    pub fn log_after_gap(&self) -> Option<u64> {
+        self.wal.after_gap()
     }
 
     /// Syncs the Raft log (`fdatasync`, as etcd's WAL does: the data and the file size, which is
@@ -621,9 +633,17 @@ mod tests {
             }
             b.commit()?;
             s.log_db.persist(PersistMode::SyncAll)?;
+            // As a binary of format 1 left it.
+            s.meta
+                .insert(meta_key::FORMAT_VERSION, 1u32.to_be_bytes())?;
+            s.persist_state()?;
         }
         let s = Storage::open(dir.path())?;
         assert_eq!(s.log_range(0, 100)?, entries);
+        assert_eq!(
+            s.get(Space::Meta, meta_key::FORMAT_VERSION)?,
+            Some(2u32.to_be_bytes().to_vec())
+        );
         assert!(s.raft_log.first_key_value().is_none(), "moved, not copied");
         drop(s);
         let s = Storage::open(dir.path())?;

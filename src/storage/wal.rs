@@ -41,7 +41,7 @@ struct Segment {
 impl Segment {
     /// The index after the last entry.
     fn end(&self) -> u64 {
-        self.first + self.offsets.len() as u64
+        self.first.saturating_add(self.offsets.len() as u64)
     }
 
     /// Where entry `index`'s record lies: (offset, length).
@@ -66,6 +66,9 @@ pub struct Wal {
     /// [`SEGMENT_BYTES`], smaller in tests.
     segment_bytes: u64,
     inner: Mutex<Inner>,
+    /// Held shared by a read for its whole length (it reads outside `inner`), and exclusively
+    /// by a truncation: a read never sees a record cut or rewritten under it.
+    truncating: std::sync::RwLock<()>,
 }
 
 fn corrupt(what: String) -> io::Error {
@@ -104,7 +107,12 @@ impl Wal {
     }
 
     fn open_with(dir: &Path, segment_bytes: u64) -> io::Result<Wal> {
-        std::fs::create_dir_all(dir)?;
+        if !dir.exists() {
+            std::fs::create_dir_all(dir)?;
+            if let Some(parent) = dir.parent() {
+                sync_dir(parent)?;
+            }
+        }
         let mut firsts = Vec::new();
         for entry in std::fs::read_dir(dir)? {
             let name = entry?.file_name().to_string_lossy().into_owned();
@@ -117,8 +125,16 @@ impl Wal {
         firsts.sort_unstable();
         let mut segments = BTreeMap::new();
         let count = firsts.len();
+        let mut removed_empty = false;
         for (n, first) in firsts.into_iter().enumerate() {
             let segment = Self::index_segment(dir, first, n + 1 == count)?;
+            if segment.offsets.is_empty() {
+                // Created and never written (a crash right after a roll): nothing to keep, and
+                // it would stand in the way of appends below its index.
+                std::fs::remove_file(&segment.path)?;
+                removed_empty = true;
+                continue;
+            }
             if let Some((_, before)) = segments.last_key_value() {
                 let before: &Segment = before;
                 if before.end() > first {
@@ -129,9 +145,13 @@ impl Wal {
             }
             segments.insert(first, segment);
         }
+        if removed_empty {
+            sync_dir(dir)?;
+        }
         Ok(Wal {
             dir: dir.to_path_buf(),
             segment_bytes,
+            truncating: std::sync::RwLock::new(()),
             inner: Mutex::new(Inner {
                 segments,
                 dir_changed: false,
@@ -160,8 +180,9 @@ impl Wal {
                 break Some("a torn record header");
             }
             let (len, sum, index) = parse_header(&h);
-            let expected = first + offsets.len() as u64;
-            if index != expected || size - at - (HEADER as u64) < len {
+            // A segment's indexes must stay below u64::MAX (a damaged name could say otherwise).
+            let expected = first.checked_add(offsets.len() as u64 + 1).map(|e| e - 1);
+            if expected != Some(index) || size - at - (HEADER as u64) < len {
                 break Some("a record out of place or cut short");
             }
             if last {
@@ -250,6 +271,17 @@ impl Wal {
     /// Starts a segment at `first` after the last one, which is synced first (so only the last
     /// segment can ever hold unsynced records). Returns its key.
     fn begin_segment(&self, inner: &mut Inner, first: u64) -> io::Result<u64> {
+        let empty = inner
+            .segments
+            .last_key_value()
+            .filter(|(_, s)| s.offsets.is_empty())
+            .map(|(k, _)| *k);
+        if let Some(key) = empty {
+            // Created and never written: nothing to keep.
+            if let Some(s) = inner.segments.remove(&key) {
+                std::fs::remove_file(&s.path)?;
+            }
+        }
         if let Some((_, last)) = inner.segments.last_key_value() {
             if first < last.end() {
                 return Err(io::Error::other(format!(
@@ -258,12 +290,6 @@ impl Wal {
                 )));
             }
             last.file.sync_data()?;
-            if last.offsets.is_empty() {
-                // Created and never written: nothing to keep.
-                let key = last.first;
-                std::fs::remove_file(&last.path)?;
-                inner.segments.remove(&key);
-            }
         }
         let path = segment_path(&self.dir, first);
         let file = std::fs::OpenOptions::new()
@@ -314,6 +340,7 @@ impl Wal {
     /// # Errors
     /// On a read failure or a corrupt record.
     pub fn read(&self, from: u64, to: u64) -> io::Result<Vec<(u64, Vec<u8>)>> {
+        let _no_truncation = self.truncating.read().unwrap_or_else(|p| p.into_inner());
         // Where each lies, taken under the lock; read outside it.
         let mut spans = Vec::new();
         {
@@ -438,6 +465,22 @@ impl Wal {
     #[cfg(test)]
     fn is_empty(&self) -> bool {
         self.inner().segments.values().all(|s| s.offsets.is_empty())
+    }
+
+    /// The first index of the log's contiguous end, if an earlier part lies before a gap (the
+    /// log resumed after a snapshot past its end, and the purge of what came before has not
+    /// happened yet).
+    pub fn after_gap(&self) -> Option<u64> {
+        let inner = self.inner();
+        let mut segments = inner.segments.values().rev();
+        let mut start = segments.next()?.first;
+        for s in segments {
+            if s.end() != start {
+                return Some(start);
+            }
+            start = s.first;
+        }
+        None
     }
 
     /// Bytes of the segment files.

@@ -1,4 +1,4 @@
-//! openraft's storage conformance suite run on our fjall log store and state machine
+//! openraft's storage conformance suite run on our log store and state machine
 //! ("If your implementation passes the tests, Openraft should work well with it").
 
 use std::sync::Arc;
@@ -59,5 +59,51 @@ async fn no_purge_past_the_state_while_a_snapshot_is_received() -> Result<(), St
     receiving.store(false, std::sync::atomic::Ordering::Release);
     log.purge(at).await?;
     assert_eq!(log.get_log_state().await?.last_purged_log_id, Some(at));
+    Ok(())
+}
+
+/// A crash after the log resumed past an installed snapshot, before the postponed purge: at
+/// the next start the log is purged up to the state's applied id, so openraft never reads the
+/// gap below the snapshot.
+#[tokio::test]
+async fn a_gap_left_below_an_installed_snapshot_is_purged_at_start() -> Result<(), StorageError<u64>>
+{
+    use openraft::entry::RaftEntry;
+    use openraft::storage::RaftLogStorage;
+    use openraft::{CommittedLeaderId, Entry, LogId, RaftLogReader};
+    let err = |e: &dyn std::fmt::Display| super::write_err(e.to_string());
+    let dir = tempfile::tempdir().map_err(|e| err(&e))?;
+    let storage = Storage::open(dir.path()).map_err(|e| err(&e))?;
+    let entry = |i: u64| {
+        let e: Entry<TypeConfig> = Entry::new_blank(LogId::new(CommittedLeaderId::new(1, 0), i));
+        bincode::serialize(&e).map(|b| (i, b)).map_err(|x| err(&x))
+    };
+    // Entries 1..=10, then (after a snapshot at 50 was installed) 51..=55.
+    let entries = (1..=10)
+        .chain(51..=55)
+        .map(entry)
+        .collect::<Result<Vec<_>, _>>()?;
+    storage.append_log(&entries).map_err(|e| err(&e))?;
+    storage.persist_log().map_err(|e| err(&e))?;
+    let applied = LogId::new(CommittedLeaderId::new(1, 0), 50);
+    let mut b = storage.batch();
+    let bytes = bincode::serialize(&Some(applied)).map_err(|e| err(&e))?;
+    b.insert(
+        crate::storage::Space::Meta,
+        crate::storage::meta_key::APPLIED,
+        &bytes,
+    );
+    b.commit().map_err(|e| err(&e))?;
+
+    let mut log = LogStore::new(storage.clone());
+    log.purge_below_gap()?;
+    assert_eq!(log.get_log_state().await?.last_purged_log_id, Some(applied));
+    let read: Vec<u64> = log
+        .try_get_log_entries(0..100)
+        .await?
+        .iter()
+        .map(|e| e.log_id.index)
+        .collect();
+    assert_eq!(read, (51..=55).collect::<Vec<_>>());
     Ok(())
 }

@@ -133,3 +133,22 @@ fn a_corrupt_record_is_an_error_not_an_entry() -> io::Result<()> {
     assert_eq!(wal.read(10, 12)?, entries(10..12), "the rest still reads");
     Ok(())
 }
+
+#[test]
+fn an_empty_segment_left_by_a_crash_is_removed_and_never_blocks_appends() -> io::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let wal = Wal::open(dir.path())?;
+    wal.append(&entries(1..6))?;
+    wal.sync()?;
+    drop(wal);
+    // A roll to index 100 (after a gap) whose first record never reached the disk.
+    std::fs::File::create(segment_path(dir.path(), 100))?;
+    let wal = Wal::open(dir.path())?;
+    assert_eq!(segment_files(dir.path())?.len(), 1);
+    assert_eq!(wal.after_gap(), None);
+    wal.append(&entries(6..8))?;
+    assert_eq!(wal.read(0, 200)?, entries(1..8));
+    wal.append(&entries(20..22))?;
+    assert_eq!(wal.after_gap(), Some(20), "a gap below 20");
+    Ok(())
+}
