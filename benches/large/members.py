@@ -49,11 +49,12 @@ def status(etcdctl, endpoint):
 def load(bench, endpoint, keys, value_size):
     """Writes every one of `keys` keys once (concord-bench `load`, 16 clients); on a failure,
     stops with what the load tool said."""
+    env = {k: v for k, v in os.environ.items() if k != "RUST_BACKTRACE"}
     out = subprocess.run([bench, "load", "--endpoints", endpoint, "--clients", "16", "--conns",
                           "4", "--key-space", str(keys), "--value-size", str(value_size)],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, env=env)
     if out.returncode != 0:
-        raise SystemExit(f"loading {endpoint} failed: {(out.stdout + out.stderr)[-2000:]}")
+        raise SystemExit(f"loading {endpoint} failed: {(out.stdout + out.stderr)[:2000]}")
 
 
 def stop(procs):
