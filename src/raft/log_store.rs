@@ -190,14 +190,20 @@ impl LogStore {
             resumed,
             "purging the Raft log below the gap a snapshot install left"
         );
-        self.write_meta(PURGED, &applied)?;
+        self.record_purge(applied)
+    }
+
+    /// Records the log purged up to `log_id`, durably, hides what lies at or below it from
+    /// readers, and has the purge thread delete it (here, should that thread be gone).
+    fn record_purge(&self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
+        self.write_meta(PURGED, &log_id)?;
         self.shared.first_readable.fetch_max(
-            applied.index.saturating_add(1),
+            log_id.index.saturating_add(1),
             std::sync::atomic::Ordering::AcqRel,
         );
-        if self.purger.send(applied.index).is_err() {
+        if self.purger.send(log_id.index).is_err() {
             self.storage
-                .remove_log_prefix(applied.index)
+                .remove_log_prefix(log_id.index)
                 .map_err(write_err)?;
         }
         Ok(())
@@ -575,17 +581,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // (the log starts after the purged id): the entries themselves go in the background.
         // Deleting them here held up openraft's core, so every write, for as long as it took:
         // 383 ms for 145,000 entries of 1 KiB.
-        self.write_meta(PURGED, &log_id)?;
-        self.shared.first_readable.fetch_max(
-            log_id.index.saturating_add(1),
-            std::sync::atomic::Ordering::AcqRel,
-        );
-        if self.purger.send(log_id.index).is_err() {
-            self.storage
-                .remove_log_prefix(log_id.index)
-                .map_err(write_err)?;
-        }
-        Ok(())
+        self.record_purge(log_id)
     }
 }
 

@@ -207,6 +207,30 @@ impl Cluster {
         Ok((s.name.clone(), format!("http://127.0.0.1:{}", s.peer_port)))
     }
 
+    /// `concord snapshot restore` of `file` into member `i`'s data dir (with `extra` flags),
+    /// as that member of this cluster.
+    pub fn restore(
+        &self,
+        i: usize,
+        file: &std::path::Path,
+        extra: &[&str],
+    ) -> TestResult<std::process::Output> {
+        let (name, peer_url) = self.name_and_peer_url(i)?;
+        Ok(std::process::Command::new(env!("CARGO_BIN_EXE_concord"))
+            .args(["snapshot", "restore"])
+            .arg(file)
+            .args([
+                "--name",
+                &name,
+                "--initial-cluster",
+                &self.initial_cluster(),
+            ])
+            .args(["--initial-advertise-peer-urls", &peer_url, "--data-dir"])
+            .arg(self.data_dir(i)?)
+            .args(extra)
+            .output()?)
+    }
+
     /// Starts (or restarts) member `i` on its data dir.
     pub fn spawn(&mut self, i: usize) -> TestResult {
         self.spawn_with(i, &[])

@@ -107,20 +107,7 @@ async fn a_snapshot_restores_into_a_new_cluster_with_the_same_hashkv() -> TestRe
 
     let mut restored = Cluster::prepare(3, &[])?;
     for i in 0..3 {
-        let (name, peer_url) = restored.name_and_peer_url(i)?;
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_concord"))
-            .arg("snapshot")
-            .arg("restore")
-            .arg(&path)
-            .args([
-                "--name",
-                &name,
-                "--initial-cluster",
-                &restored.initial_cluster(),
-            ])
-            .args(["--initial-advertise-peer-urls", &peer_url, "--data-dir"])
-            .arg(restored.data_dir(i)?)
-            .output()?;
+        let out = restored.restore(i, &path, &[])?;
         assert!(
             out.status.success(),
             "{}",

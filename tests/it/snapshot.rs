@@ -221,7 +221,7 @@ async fn a_snapshot_save_streams_a_large_state_with_little_memory() -> TestResul
         &mut std::io::Read::take(std::fs::File::open(&path)?, len / 2),
         &mut std::fs::File::create(&truncated)?,
     )?;
-    let out = restore(&restored, &truncated, &["--skip-hash-check"])?;
+    let out = restored.restore(0, &truncated, &["--skip-hash-check"])?;
     assert!(!out.status.success(), "a truncated file restored");
     let parent = target.parent().ok_or("no parent")?;
     let left: Vec<_> = std::fs::read_dir(parent)?
@@ -232,7 +232,7 @@ async fn a_snapshot_save_streams_a_large_state_with_little_memory() -> TestResul
     assert!(left.is_empty(), "a failed restore left {left:?}");
 
     // The whole file restores into a member serving the same state.
-    let out = restore(&restored, &path, &[])?;
+    let out = restored.restore(0, &path, &[])?;
     assert!(
         out.status.success(),
         "{}",
@@ -265,26 +265,4 @@ async fn save(c: &Cluster, path: &std::path::Path) -> TestResult<i64> {
         header_revision = msg.header.map_or(0, |h| h.revision);
     }
     Ok(header_revision)
-}
-
-/// `concord snapshot restore` of `file` into member 0's data dir of `restored`.
-fn restore(
-    restored: &Cluster,
-    file: &std::path::Path,
-    extra: &[&str],
-) -> TestResult<std::process::Output> {
-    let (name, peer_url) = restored.name_and_peer_url(0)?;
-    Ok(std::process::Command::new(env!("CARGO_BIN_EXE_concord"))
-        .args(["snapshot", "restore"])
-        .arg(file)
-        .args([
-            "--name",
-            &name,
-            "--initial-cluster",
-            &restored.initial_cluster(),
-        ])
-        .args(["--initial-advertise-peer-urls", &peer_url, "--data-dir"])
-        .arg(restored.data_dir(0)?)
-        .args(extra)
-        .output()?)
 }

@@ -23,6 +23,15 @@ fn segment_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// A log in a new directory holding `range`'s entries, synced and closed.
+fn written(range: std::ops::Range<u64>, segment_bytes: u64) -> io::Result<tempfile::TempDir> {
+    let dir = tempfile::tempdir()?;
+    let wal = Wal::open_with(dir.path(), segment_bytes)?;
+    wal.append(&entries(range))?;
+    wal.sync()?;
+    Ok(dir)
+}
+
 #[test]
 fn appends_are_read_back_across_segments_and_after_reopening() -> io::Result<()> {
     let dir = tempfile::tempdir()?;
@@ -45,11 +54,7 @@ fn appends_are_read_back_across_segments_and_after_reopening() -> io::Result<()>
 
 #[test]
 fn a_torn_tail_is_cut_and_appends_go_on_after_it() -> io::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let wal = Wal::open(dir.path())?;
-    wal.append(&entries(1..4))?;
-    wal.sync()?;
-    drop(wal);
+    let dir = written(1..4, SEGMENT_BYTES)?;
     // A crash in the middle of the fourth record's write.
     let path = segment_files(dir.path())?
         .pop()
@@ -114,11 +119,7 @@ fn a_purge_removes_whole_segments_and_an_append_may_leave_a_gap() -> io::Result<
 
 #[test]
 fn a_corrupt_record_is_an_error_not_an_entry() -> io::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let wal = Wal::open_with(dir.path(), 100)?;
-    wal.append(&entries(1..20))?;
-    wal.sync()?;
-    drop(wal);
+    let dir = written(1..20, 100)?;
     // Flip a payload byte in the first (sealed) segment.
     let first = segment_files(dir.path())?.remove(0);
     let f = std::fs::OpenOptions::new()
@@ -136,11 +137,7 @@ fn a_corrupt_record_is_an_error_not_an_entry() -> io::Result<()> {
 
 #[test]
 fn an_empty_segment_left_by_a_crash_is_removed_and_never_blocks_appends() -> io::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let wal = Wal::open(dir.path())?;
-    wal.append(&entries(1..6))?;
-    wal.sync()?;
-    drop(wal);
+    let dir = written(1..6, SEGMENT_BYTES)?;
     // A roll to index 100 (after a gap) whose first record never reached the disk.
     std::fs::File::create(segment_path(dir.path(), 100))?;
     let wal = Wal::open(dir.path())?;

@@ -181,7 +181,7 @@ impl<O: Openable> Builder<O> {
     ///     .with_compaction_filter_factories(
     ///         Arc::new(|keyspace| {
     ///             // Match on the keyspace name to assign specific compaction filters
-    ///             // (Concord patch: `None` in this example instead of upstream's `todo!()`).
+    ///             // (Concord patch: `None` in this example where upstream left a panicking placeholder).
     ///             let _ = keyspace;
     ///             None
     ///         })
