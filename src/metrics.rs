@@ -136,6 +136,74 @@ pub fn observe_peer_rtt(to: u64, d: Duration) {
         .observe(d);
 }
 
+/// How a whole snapshot transfer with one peer ended, as etcd counts them.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SnapshotTransfer {
+    /// `etcd_network_snapshot_send_success`: a peer took and installed one.
+    Sent,
+    /// `etcd_network_snapshot_send_failures`: the last piece was refused or lost.
+    SendFailed,
+    /// `etcd_network_snapshot_receive_success`: received and installed.
+    Received,
+    /// `etcd_network_snapshot_receive_failures`: the last piece arrived, the install failed.
+    ReceiveFailed,
+}
+
+impl SnapshotTransfer {
+    const ALL: [SnapshotTransfer; 4] = [
+        SnapshotTransfer::Sent,
+        SnapshotTransfer::SendFailed,
+        SnapshotTransfer::Received,
+        SnapshotTransfer::ReceiveFailed,
+    ];
+
+    /// (metric name, help, peer label).
+    fn describe(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            SnapshotTransfer::Sent => (
+                "etcd_network_snapshot_send_success",
+                "Total number of successful snapshot sends",
+                "To",
+            ),
+            SnapshotTransfer::SendFailed => (
+                "etcd_network_snapshot_send_failures",
+                "Total number of snapshot send failures",
+                "To",
+            ),
+            SnapshotTransfer::Received => (
+                "etcd_network_snapshot_receive_success",
+                "Total number of successful snapshot receives",
+                "From",
+            ),
+            SnapshotTransfer::ReceiveFailed => (
+                "etcd_network_snapshot_receive_failures",
+                "Total number of snapshot receive failures",
+                "From",
+            ),
+        }
+    }
+}
+
+/// Snapshot transfers by how they ended and peer.
+static SNAPSHOT_TRANSFERS: Mutex<BTreeMap<(SnapshotTransfer, u64), u64>> =
+    Mutex::new(BTreeMap::new());
+
+/// Counts one snapshot transfer with `peer` that ended as `how`.
+pub fn count_snapshot_transfer(how: SnapshotTransfer, peer: u64) {
+    *locked(&SNAPSHOT_TRANSFERS).entry((how, peer)).or_default() += 1;
+}
+
+fn render_snapshot_transfers(out: &mut String) {
+    let counts = locked(&SNAPSHOT_TRANSFERS);
+    for how in SnapshotTransfer::ALL {
+        let (name, help, label) = how.describe();
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for ((_, peer), n) in counts.range((how, 0)..=(how, u64::MAX)) {
+            let _ = writeln!(out, "{name}{{{label}=\"{peer:x}\"}} {n}");
+        }
+    }
+}
+
 /// The counters of the method at `path` (such as `/etcdserverpb.KV/Range`), if the server
 /// serves it.
 pub fn grpc_method(path: &str) -> Option<usize> {
@@ -341,6 +409,7 @@ pub fn render(s: &Snapshot) -> String {
     for (to, h) in locked(&PEER_RTT).iter() {
         h.render_series(&mut out, rtt, &format!("To=\"{to:x}\","));
     }
+    render_snapshot_transfers(&mut out);
     render_grpc(&mut out);
     out
 }

@@ -141,7 +141,7 @@ fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
             .iter()
             .filter_map(|(id, m)| m.peer_urls.first().map(|u| (*id, u.clone())))
             .collect();
-        crate::raft::snapshots::seal_restore(&storage, staging.path(), &founders)
+        crate::raft::snapshots::seal_restore(&storage, &founders)
             .context("sealing the restored state")?;
         storage.save_identity(id, config::cluster_id(members.keys()))?;
         revision

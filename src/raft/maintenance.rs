@@ -17,43 +17,31 @@ use crate::pb::concordpb::TimeoutNowRequest;
 use crate::storage::{meta_key, Space};
 
 impl RaftNode {
-    /// An open snapshot file that covers everything applied when called: a consistent
-    /// point-in-time copy of the whole state (the format `concord snapshot restore` reads),
-    /// read from disk as it is sent. A newer snapshot may replace the file's name meanwhile;
-    /// the handle keeps reading this one.
+    /// An open snapshot file of the state as applied when called: a consistent point-in-time
+    /// copy of the whole state (the format `concord snapshot restore` reads), written to an
+    /// unlinked file in the data dir and read from disk as it is sent.
     ///
     /// # Errors
-    /// [`Error::Timeout`] if the snapshot is not built in time; [`Error::Storage`].
+    /// [`Error::Storage`].
     pub async fn snapshot_file(&self) -> Result<std::fs::File> {
-        let target = self.applied_index();
-        // Building a large state's snapshot takes its time (about 1.5 s per GiB here).
-        let deadline = tokio::time::Instant::now()
-            + (self.options.request_timeout * 4).max(std::time::Duration::from_secs(600));
-        let mut metrics = self.raft.metrics();
-        // openraft ignores a trigger while it builds another snapshot (one the log's length
-        // asked for): when a build ends that does not cover `target`, trigger again.
-        loop {
-            let before = metrics.borrow().snapshot;
-            if before.is_some_and(|s| s.index >= target) {
-                break;
+        // A view taken while no apply runs: its applied index and membership describe it.
+        let view = {
+            let _consistent = self.mvcc.read()?;
+            self.storage.view()
+        };
+        let snapshots = self.snapshots.clone();
+        let made = tokio::task::spawn_blocking(move || {
+            let meta = super::snapshots::meta_of(&view, "maintenance")?;
+            snapshots.make(&meta, &view)
+        })
+        .await;
+        match made {
+            Ok(Ok(file)) => Ok(file),
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "making a snapshot");
+                Err(Error::Storage)
             }
-            self.raft
-                .trigger()
-                .snapshot()
-                .await
-                .map_err(|_| Error::Stopped)?;
-            let built = metrics.wait_for(|m| m.snapshot != before);
-            tokio::time::timeout_at(deadline, built)
-                .await
-                .map_err(|_| Error::Timeout)?
-                .map_err(|_| Error::Stopped)?;
-        }
-        // The file and its header from one handle: a newer build may take the name meanwhile.
-        match self.snapshots.current() {
-            Ok(Some((meta, file))) if meta.last_log_id.is_some_and(|l| l.index >= target) => {
-                Ok(file)
-            }
-            _ => Err(Error::Storage),
+            Err(_) => Err(Error::Storage),
         }
     }
 

@@ -19,6 +19,7 @@ mod propose;
 mod quota;
 mod read;
 mod route;
+mod snapshot_data;
 mod snapshot_file;
 pub mod snapshots;
 mod state_machine;
@@ -48,7 +49,7 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = tokio::fs::File,
+        SnapshotData = snapshot_data::SnapshotData,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

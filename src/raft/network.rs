@@ -370,7 +370,17 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         InstallSnapshotResponse<u64>,
         RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>,
     > {
-        self.call(Method::Snapshot, &rpc, &option).await
+        let (last, vote) = (rpc.done, rpc.vote);
+        let res: Result<InstallSnapshotResponse<u64>, _> =
+            self.call(Method::Snapshot, &rpc, &option).await;
+        if last {
+            let how = match &res {
+                Ok(r) if r.vote == vote => crate::metrics::SnapshotTransfer::Sent,
+                _ => crate::metrics::SnapshotTransfer::SendFailed,
+            };
+            crate::metrics::count_snapshot_transfer(how, self.target);
+        }
+        res
     }
 
     async fn vote(

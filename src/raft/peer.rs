@@ -179,10 +179,17 @@ impl RaftPeer for PeerService {
     ) -> Result<Response<RaftPayload>, Status> {
         self.check_cluster(&req)?;
         let snapshot: openraft::raft::InstallSnapshotRequest<super::TypeConfig> = decode(req)?;
-        let vote = snapshot.vote;
+        let (vote, last) = (snapshot.vote, snapshot.done);
         let res = self.node.raft.install_snapshot(snapshot).await;
         if matches!(&res, Ok(r) if r.vote == vote) {
             self.node.elector.heard_leader();
+        }
+        if let (true, Some(from)) = (last, vote.leader_id().voted_for()) {
+            let how = match &res {
+                Ok(r) if r.vote == vote => crate::metrics::SnapshotTransfer::Received,
+                _ => crate::metrics::SnapshotTransfer::ReceiveFailed,
+            };
+            crate::metrics::count_snapshot_transfer(how, from);
         }
         encode(&res)
     }

@@ -57,28 +57,29 @@ pub fn carried_meta(key: &[u8]) -> bool {
     key == meta_key::REVISION || key == meta_key::COMPACTED || key.starts_with(meta_key::REPLICATED)
 }
 
-/// Writes the snapshot of `view` described by `meta` to `path` (created or truncated) and
-/// syncs it. Returns its size in bytes.
+/// Writes the snapshot of `view` described by `meta` to `file` from its current position.
+/// Returns the bytes written.
 ///
 /// # Errors
 /// On an I/O or read failure.
-pub fn write(path: &Path, meta: &Meta, view: &View) -> io::Result<u64> {
-    let file = File::create(path)?;
+pub fn write(file: &File, meta: &Meta, view: &View) -> io::Result<u64> {
     let mut out = BufWriter::with_capacity(BUFFER, file);
     let meta_bytes = bincode::serialize(meta).map_err(bad)?;
     out.write_all(MAGIC)?;
     write_len(&mut out, meta_bytes.len())?;
     out.write_all(&meta_bytes)?;
-    // Synced as it grows: one sync of the whole file at the end would flush gigabytes at
-    // once, and the Raft log's own syncs, on the same disk, would wait behind it.
+    let mut written = (MAGIC.len() + 4 + meta_bytes.len()) as u64;
+    // Synced as it grows, though nothing needs it on disk: gigabytes of dirty pages flushed
+    // at once would make the Raft log's own syncs, on the same disk, wait behind them.
     let mut unsynced = 0usize;
-    let mut record = |out: &mut BufWriter<File>, space: Space, k: &[u8], v: &[u8]| {
+    let mut record = |out: &mut BufWriter<&File>, space: Space, k: &[u8], v: &[u8]| {
         out.write_all(&[space_tag(space)])?;
         write_len(out, k.len())?;
         out.write_all(k)?;
         write_len(out, v.len())?;
         out.write_all(v)?;
         unsynced += 9 + k.len() + v.len();
+        written += (9 + k.len() + v.len()) as u64;
         if unsynced >= SYNC_EVERY {
             out.flush()?;
             out.get_ref().sync_data()?;
@@ -98,9 +99,8 @@ pub fn write(path: &Path, meta: &Meta, view: &View) -> io::Result<u64> {
         record(&mut out, Space::Meta, k, v)
     })?;
     out.write_all(&[0])?;
-    let file = out.into_inner().map_err(|e| e.into_error())?;
-    file.sync_all()?;
-    file.metadata().map(|m| m.len())
+    out.flush()?;
+    Ok(written + 1)
 }
 
 fn write_len(out: &mut impl Write, len: usize) -> io::Result<()> {
@@ -210,7 +210,7 @@ mod tests {
         b.commit()?;
         let meta = Meta::default();
         let path = dir.path().join("snap");
-        let size = write(&path, &meta, &s.view())?;
+        let size = write(&File::create(&path)?, &meta, &s.view())?;
         assert_eq!(size, std::fs::metadata(&path)?.len());
         let (read, mut reader) = Reader::open(&path)?;
         assert_eq!(read, meta);
@@ -239,7 +239,7 @@ mod tests {
         b.insert(Space::Kv, b"key", b"value");
         b.commit()?;
         let path = dir.path().join("snap");
-        write(&path, &Meta::default(), &s.view())?;
+        write(&File::create(&path)?, &Meta::default(), &s.view())?;
         let bytes = std::fs::read(&path)?;
         for cut in [3, bytes.len() - 4, bytes.len() - 1] {
             let r = Reader::new(&bytes[..cut]).and_then(|(_, mut r)| {

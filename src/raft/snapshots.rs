@@ -1,24 +1,26 @@
-//! A member's snapshot files, and installing one into the state, all with memory independent of
+//! A member's snapshots, and installing one into the state, all with memory independent of
 //! the state's size.
 //!
-//! - `snapshot.bin`: the latest snapshot (what openraft sends to a lagging member and what
-//!   `Maintenance.Snapshot` streams). Built from a [`View`] into `snapshot.build-<n>` while the
-//!   state machine goes on applying, synced, then renamed over it; a reader that opened the old
-//!   file keeps reading the old one.
-//! - `snapshot.recv-<n>`: a snapshot being received, one file per transfer (openraft writes its
-//!   chunks there); `snapshot.recv` once it is being installed.
+//! The state on disk is itself the snapshot, as etcd's bbolt file is: a Raft snapshot only
+//! records how far the state reaches once that is synced (so the log below may go). The bytes
+//! a lagging member or `Maintenance.Snapshot` needs are written when asked for, from a [`View`]
+//! taken then, into `snapshot.send-<n>`, a file unlinked as soon as it is created: it takes disk
+//! space only while it is read, and a crash leaves nothing behind.
+//!
+//! A snapshot being received is written to `snapshot.recv-<n>`, one file per transfer (openraft
+//! writes its chunks there), and is `snapshot.recv` while it is installed.
 //!
 //! Installing replaces the state in batches of bounded size, so it cannot be one atomic batch.
 //! Instead: the received file is synced, an `installing` marker naming the snapshot is written
-//! and synced, the keyspaces are cleared and refilled from the file, the file becomes
-//! `snapshot.bin`, and one last batch writes the applied index and membership and removes the
-//! marker. A member that finds the marker at start (it crashed mid-install) installs that
-//! snapshot again before it serves: what it serves is the old state or the new, never a mix.
+//! and synced, the keyspaces are cleared and refilled from the file, one last batch writes the
+//! applied index and membership and removes the marker, and the file goes. A member that finds
+//! the marker at start (it crashed mid-install) installs that snapshot again before it serves:
+//! what it serves is the old state or the new, never a mix.
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::snapshot_file::{self, carried_meta, Meta, Reader};
 use crate::storage::{meta_key, Batch, Space, Storage, View};
@@ -26,12 +28,14 @@ use crate::storage::{meta_key, Batch, Space, Storage, View};
 /// Bytes of changes per batch while a snapshot is installed or restored.
 const BATCH_BYTES: usize = 8 << 20;
 
+/// Where earlier builds kept their latest snapshot, built every `--snapshot-count` entries:
+/// removed at start, unless an interrupted install still needs it.
+const LEGACY_SNAPSHOT: &str = "snapshot.bin";
+
 /// The snapshot files of one data dir.
 pub struct SnapshotFiles {
     dir: PathBuf,
-    /// Serializes replacing `snapshot.bin` (a build and an install may finish together).
-    publish: Mutex<()>,
-    /// Numbers the files of builds and transfers.
+    /// Numbers the files of snapshots made and received.
     seq: AtomicU64,
     /// Set from a transfer's first piece until its install is marked on disk: the log store
     /// purges no entries the state on disk does not cover meanwhile.
@@ -39,24 +43,13 @@ pub struct SnapshotFiles {
 }
 
 impl SnapshotFiles {
-    /// The snapshot files of `data_dir`. A `snapshot.bin` of an earlier format is removed (a new
-    /// one is built when needed).
+    /// The snapshot files of `data_dir`.
     pub fn new(data_dir: &Path) -> Self {
-        let files = SnapshotFiles {
+        SnapshotFiles {
             dir: data_dir.to_path_buf(),
-            publish: Mutex::new(()),
             seq: AtomicU64::new(0),
             receiving: Arc::default(),
-        };
-        let current = files.current_path();
-        let foreign = snapshot_file::read_meta(&current)
-            .is_err_and(|e| e.kind() == io::ErrorKind::InvalidData);
-        if foreign {
-            tracing::warn!(path = %current.display(), "removing a snapshot of an earlier format");
-            let _ = std::fs::remove_file(&current);
         }
-        files.remove_files("snapshot.build-");
-        files
     }
 
     /// Removes the files of this data dir whose names start with `prefix`.
@@ -68,20 +61,22 @@ impl SnapshotFiles {
         }
     }
 
-    /// Removes received snapshots that no install will use (at start, with no install to
-    /// finish).
-    pub fn forget_received(&self) {
-        self.remove_files("snapshot.recv");
+    /// At start, with no install to finish: removes received snapshots no install will use,
+    /// snapshots a crash left half made, and an earlier version's kept snapshot.
+    pub fn forget_unused(&self) {
+        for prefix in ["snapshot.recv", "snapshot.send-", "snapshot.build-"] {
+            self.remove_files(prefix);
+        }
+        let legacy = self.dir.join(LEGACY_SNAPSHOT);
+        if legacy.exists() {
+            tracing::info!(path = %legacy.display(), "removing a kept snapshot: snapshots are now made when needed");
+            let _ = std::fs::remove_file(legacy);
+        }
     }
 
     /// The flag the log store checks before a purge (see [`SnapshotFiles::receiving`]).
     pub fn receiving_flag(&self) -> Arc<AtomicBool> {
         self.receiving.clone()
-    }
-
-    /// `snapshot.bin`.
-    pub fn current_path(&self) -> PathBuf {
-        self.dir.join("snapshot.bin")
     }
 
     /// `snapshot.recv`: the received snapshot being installed.
@@ -94,7 +89,7 @@ impl SnapshotFiles {
     /// installed; earlier transfers' files go (a pending install reads through its handle).
     pub fn start_receiving(&self) -> PathBuf {
         self.receiving.store(true, Ordering::Release);
-        self.forget_received();
+        self.remove_files("snapshot.recv");
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
         self.dir.join(format!("snapshot.recv-{n}"))
     }
@@ -104,62 +99,31 @@ impl SnapshotFiles {
         self.receiving.store(false, Ordering::Release);
     }
 
-    /// The latest snapshot's metadata and an open handle to it, if there is one.
-    ///
-    /// # Errors
-    /// On an I/O failure other than a missing file.
-    pub fn current(&self) -> io::Result<Option<(Meta, std::fs::File)>> {
-        let path = self.current_path();
-        use std::io::Seek;
-        let mut file = match std::fs::File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        // The header from this very handle: a build may rename a newer file over the path.
-        let (meta, _) = Reader::new(&file)?;
-        file.rewind()?;
-        Ok(Some((meta, file)))
-    }
-
-    /// Writes the snapshot of `view` described by `meta` and makes it the latest (unless a
-    /// newer one got there first). Returns an open handle to what was written.
+    /// Writes the snapshot of `view` described by `meta` to a new unlinked file and returns it,
+    /// positioned at its start. Blocking.
     ///
     /// # Errors
     /// On an I/O or read failure.
-    pub fn build(&self, meta: &Meta, view: &View) -> io::Result<std::fs::File> {
+    pub fn make(&self, meta: &Meta, view: &View) -> io::Result<std::fs::File> {
+        use std::io::Seek;
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
-        let tmp = self.dir.join(format!("snapshot.build-{n}"));
+        let path = self.dir.join(format!("snapshot.send-{n}"));
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        std::fs::remove_file(&path)?;
         let started = std::time::Instant::now();
-        let bytes = snapshot_file::write(&tmp, meta, view)?;
-        let handle = std::fs::File::open(&tmp)?;
-        // Never a snapshot on disk newer than the state on disk.
-        view.persist_state()?;
-        if !self.publish(&tmp, meta)? {
-            std::fs::remove_file(&tmp)?;
-        }
+        let bytes = snapshot_file::write(&file, meta, view)?;
+        file.rewind()?;
         tracing::info!(
             bytes,
             took_ms = started.elapsed().as_millis() as u64,
             snapshot = %meta.snapshot_id,
-            "built snapshot"
+            "made snapshot"
         );
-        Ok(handle)
-    }
-
-    /// Renames `file` (a synced snapshot described by `meta`) over `snapshot.bin` unless that
-    /// is newer; true if it did.
-    fn publish(&self, file: &Path, meta: &Meta) -> io::Result<bool> {
-        let _guard = self.publish.lock().unwrap_or_else(|p| p.into_inner());
-        let current = self.current_path();
-        if let Ok(existing) = snapshot_file::read_meta(&current) {
-            if existing.last_log_id > meta.last_log_id {
-                return Ok(false);
-            }
-        }
-        std::fs::rename(file, &current)?;
-        sync_dir(&self.dir)?;
-        Ok(true)
+        Ok(file)
     }
 
     /// Installs the received snapshot described by `meta` into `storage` (see the module
@@ -233,7 +197,7 @@ impl SnapshotFiles {
     /// On an I/O or storage failure, or when neither snapshot file is the one being installed.
     pub fn finish_install(&self, storage: &Storage, meta: &Meta) -> io::Result<()> {
         tracing::warn!(snapshot = %meta.snapshot_id, "finishing a snapshot install a stop interrupted");
-        for path in [self.receiving_path(), self.current_path()] {
+        for path in [self.receiving_path(), self.dir.join(LEGACY_SNAPSHOT)] {
             if snapshot_file::read_meta(&path).is_ok_and(|m| m.snapshot_id == meta.snapshot_id) {
                 return self.refill(storage, &path, meta);
             }
@@ -244,8 +208,8 @@ impl SnapshotFiles {
         )))
     }
 
-    /// Clears the carried keyspaces, fills them from the snapshot at `path`, makes that file
-    /// the latest snapshot, then records its applied index and membership and drops the marker.
+    /// Clears the carried keyspaces, fills them from the snapshot at `path`, records its
+    /// applied index and membership and drops the marker, then removes the file.
     fn refill(&self, storage: &Storage, path: &Path, meta: &Meta) -> io::Result<()> {
         let started = std::time::Instant::now();
         let mut out = Batches::new(storage);
@@ -267,15 +231,11 @@ impl SnapshotFiles {
             records += 1;
         }
         out.flush()?;
-        if path != self.current_path() {
-            let _guard = self.publish.lock().unwrap_or_else(|p| p.into_inner());
-            std::fs::rename(path, self.current_path())?;
-            sync_dir(&self.dir)?;
-        }
         let mut last = applied_batch(storage, meta)?;
         last.remove(Space::Meta, meta_key::INSTALLING);
         last.commit()?;
         storage.persist_state()?;
+        std::fs::remove_file(path)?;
         tracing::info!(
             records,
             took_ms = started.elapsed().as_millis() as u64,
@@ -330,15 +290,14 @@ pub fn restore(storage: &Storage, input: impl io::Read) -> io::Result<(i64, u64)
 /// After [`restore`], for a founder of the new cluster with `members` (id → peer URL): makes
 /// the restored state the starting point of the cluster's Raft log, as etcd's restore writes a
 /// snapshot into its new WAL. The state counts as applied up to one entry per founder, that
-/// log is purged, and a snapshot of the state is saved: so every founder restored from the same
-/// file starts from the same place, and a member added later is sent the restored state as a
-/// snapshot, not just the log entries that came after it.
+/// log is purged: so every founder restored from the same file starts from the same place, and
+/// a member added later is sent the restored state as a snapshot, not just the log entries that
+/// came after it.
 ///
 /// # Errors
 /// On an I/O or storage failure.
 pub fn seal_restore(
     storage: &Storage,
-    data_dir: &Path,
     members: &std::collections::BTreeMap<u64, String>,
 ) -> io::Result<()> {
     let at = openraft::LogId::new(openraft::CommittedLeaderId::new(1, 0), members.len() as u64);
@@ -358,8 +317,29 @@ pub fn seal_restore(
     applied_batch(storage, &meta)?.commit()?;
     storage.persist_state()?;
     super::log_store::mark_purged(storage, at)?;
-    SnapshotFiles::new(data_dir).build(&meta, &storage.view())?;
     Ok(())
+}
+
+/// The metadata of a snapshot of `view`: its applied log id and membership, and an id made of
+/// `origin` and the applied index.
+///
+/// # Errors
+/// On a read failure or corrupt metadata.
+pub fn meta_of(view: &View, origin: &str) -> io::Result<Meta> {
+    let decode = |key: &[u8]| -> io::Result<Option<Vec<u8>>> { Ok(view.get(Space::Meta, key)?) };
+    let last_log_id: Option<openraft::LogId<u64>> = match decode(meta_key::APPLIED)? {
+        Some(b) => bincode::deserialize(&b).map_err(io::Error::other)?,
+        None => None,
+    };
+    let last_membership = match decode(meta_key::MEMBERSHIP)? {
+        Some(b) => bincode::deserialize(&b).map_err(io::Error::other)?,
+        None => openraft::StoredMembership::default(),
+    };
+    Ok(Meta {
+        snapshot_id: format!("{origin}-{}", last_log_id.map_or(0, |l| l.index)),
+        last_log_id,
+        last_membership,
+    })
 }
 
 /// A batch recording the state as applied up to `meta`'s log id, with its membership.
@@ -460,13 +440,16 @@ mod tests {
         fill(&a, "new", 3000)?;
         let sent = SnapshotFiles::new(&a_dir);
         let m = meta(40);
-        sent.build(&m, &a.view())?;
+        let mut made = sent.make(&m, &a.view())?;
 
         // Member b receives it, marks the install, and stops with half of its old keys
         // removed and part of the new ones written.
         let b = Storage::open(&b_dir)?;
         fill(&b, "old", 2000)?;
-        std::fs::copy(sent.current_path(), b_dir.join("snapshot.recv"))?;
+        io::copy(
+            &mut made,
+            &mut std::fs::File::create(b_dir.join("snapshot.recv"))?,
+        )?;
         let mut batch = b.batch();
         batch.insert(
             Space::Meta,
@@ -499,8 +482,10 @@ mod tests {
             bincode::deserialize(&b.get(Space::Meta, meta_key::APPLIED)?.unwrap_or_default())
                 .map_err(io::Error::other)?;
         assert_eq!(applied, m.last_log_id);
-        assert_eq!(files.current()?.map(|(meta, _)| meta), Some(m));
-        assert!(!b_dir.join("snapshot.recv").exists());
+        assert!(
+            !b_dir.join("snapshot.recv").exists(),
+            "the installed file goes"
+        );
         assert!(
             SnapshotFiles::interrupted_install(&b)?.is_none(),
             "nothing left to finish"
@@ -509,16 +494,29 @@ mod tests {
     }
 
     #[test]
-    fn an_older_build_does_not_replace_a_newer_snapshot() -> io::Result<()> {
+    fn a_made_snapshot_is_described_by_its_view_and_leaves_no_file() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
         let s = Storage::open(&dir.path().join("data"))?;
         fill(&s, "k", 10)?;
+        let m = meta(7);
+        applied_batch(&s, &m)?.commit()?;
+        let view = s.view();
+        let described = meta_of(&view, "test")?;
+        assert_eq!(described.last_log_id, m.last_log_id);
+        assert_eq!(described.snapshot_id, "test-7");
         let files = SnapshotFiles::new(dir.path());
-        files.build(&meta(9), &s.view())?;
-        let old = files.build(&meta(5), &s.view())?;
-        assert_eq!(files.current()?.map(|(m, _)| m), Some(meta(9)));
-        let (read, _) = Reader::new(old)?;
-        assert_eq!(read, meta(5), "the builder still gets what it built");
+        let (read, mut reader) = Reader::new(files.make(&described, &view)?)?;
+        assert_eq!(read, described);
+        let mut records = 0;
+        while reader.next_record()?.is_some() {
+            records += 1;
+        }
+        assert_eq!(records, 11, "ten keys and the revision");
+        let names: Vec<_> = std::fs::read_dir(dir.path())?
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("data")]);
         Ok(())
     }
 
@@ -532,7 +530,7 @@ mod tests {
         b.insert(Space::Meta, b"m/attr/x", b"member");
         b.commit()?;
         let files = SnapshotFiles::new(dir.path());
-        let file = files.build(&meta(3), &s.view())?;
+        let file = files.make(&meta(3), &s.view())?;
         let fresh = Storage::open(&dir.path().join("b"))?;
         let (revision, records) = restore(&fresh, file)?;
         assert_eq!((revision, records), (10, 10));

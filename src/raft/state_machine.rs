@@ -1,5 +1,5 @@
 //! The Raft state machine: applies committed entries to the MVCC store through [`crate::apply`],
-//! builds and installs snapshots.
+//! takes and installs snapshots (see [`super::snapshots`]).
 //!
 //! The applied log id and membership are written in the same fjall batch as the entries' data,
 //! so a crash never loses or double-applies an entry; entries at or below the applied index are
@@ -13,6 +13,7 @@ use openraft::{
     StorageIOError, StoredMembership,
 };
 
+use super::snapshot_data::SnapshotData;
 use super::snapshots::SnapshotFiles;
 use super::TypeConfig;
 use crate::apply::{self, CommandResult};
@@ -35,6 +36,9 @@ pub struct StateMachine {
     applied: Option<LogId<u64>>,
     membership: Membership,
     snapshot_seq: u64,
+    /// The latest snapshot taken or installed: what openraft is told again while nothing has
+    /// been applied since.
+    last_snapshot: Option<SnapshotMeta<u64, openraft::BasicNode>>,
     /// `--experimental-warning-apply-duration`: applies slower than this are logged.
     slow_apply: std::time::Duration,
 }
@@ -77,9 +81,8 @@ impl StateMachine {
             .map_err(snap_err)?;
             auth.reload(&storage).map_err(snap_err)?;
             hub.resync_all(mvcc.current_revision());
-        } else {
-            snapshots.forget_received();
         }
+        snapshots.forget_unused();
         let decode = |key: &[u8]| -> Result<Option<Vec<u8>>, StorageError<u64>> {
             storage.get(Space::Meta, key).map_err(sm_err)
         };
@@ -107,13 +110,15 @@ impl StateMachine {
             applied,
             membership,
             snapshot_seq: 0,
+            last_snapshot: None,
             slow_apply: std::time::Duration::from_millis(100),
         })
     }
 }
 
-/// Builds a snapshot from a view of the state taken while the state machine was exclusively
-/// borrowed (so it matches `meta` exactly); the building runs while entries are applied.
+/// Takes a snapshot: syncs the state as of a view taken while the state machine was exclusively
+/// borrowed (so it matches `meta` exactly), after which openraft may purge the log below it.
+/// The snapshot's bytes are only written if read.
 pub struct SnapshotBuilder {
     meta: SnapshotMeta<u64, openraft::BasicNode>,
     view: Option<View>,
@@ -126,15 +131,47 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .view
             .take()
             .ok_or_else(|| snap_err("snapshot builder used twice"))?;
-        let (meta, snapshots) = (self.meta.clone(), self.snapshots.clone());
-        let file = tokio::task::spawn_blocking(move || snapshots.build(&meta, &view))
+        let view = tokio::task::spawn_blocking(move || view.persist_state().map(|()| view))
             .await
             .map_err(snap_err)?
             .map_err(snap_err)?;
+        tracing::debug!(snapshot = %self.meta.snapshot_id, "took snapshot");
         Ok(Snapshot {
             meta: self.meta.clone(),
-            snapshot: Box::new(tokio::fs::File::from_std(file)),
+            snapshot: Box::new(SnapshotData::deferred(
+                self.snapshots.clone(),
+                self.meta.clone(),
+                view,
+            )),
         })
+    }
+}
+
+impl StateMachine {
+    /// The metadata of a snapshot of the state as applied now: the latest one's while nothing
+    /// has been applied since, else a new one's (its id names this member, so pieces of two
+    /// senders' snapshots never mix in a receiver).
+    fn snapshot_meta(&mut self) -> SnapshotMeta<u64, openraft::BasicNode> {
+        if let Some(last) = &self.last_snapshot {
+            if last.last_log_id == self.applied {
+                return last.clone();
+            }
+        }
+        self.snapshot_seq += 1;
+        let snapshot_id = match self.applied {
+            Some(l) => format!(
+                "{}-{}-{:x}-{}",
+                l.leader_id, l.index, self.id, self.snapshot_seq
+            ),
+            None => format!("0-0-{:x}-{}", self.id, self.snapshot_seq),
+        };
+        let meta = SnapshotMeta {
+            last_log_id: self.applied,
+            last_membership: self.membership.clone(),
+            snapshot_id,
+        };
+        self.last_snapshot = Some(meta.clone());
+        meta
     }
 }
 
@@ -213,27 +250,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        self.snapshot_seq += 1;
-        let snapshot_id = match self.applied {
-            Some(l) => format!("{}-{}-{}", l.leader_id, l.index, self.snapshot_seq),
-            None => format!("0-0-{}", self.snapshot_seq),
-        };
-        let meta = SnapshotMeta {
-            last_log_id: self.applied,
-            last_membership: self.membership.clone(),
-            snapshot_id,
-        };
-        // Taken now, while no entry can be applied, so the data matches `meta` exactly.
+        // Taken now, while no entry can be applied, so the data matches the metadata exactly.
         SnapshotBuilder {
-            meta,
+            meta: self.snapshot_meta(),
             view: Some(self.storage.view()),
             snapshots: self.snapshots.clone(),
         }
     }
 
-    async fn begin_receiving_snapshot(
-        &mut self,
-    ) -> Result<Box<tokio::fs::File>, StorageError<u64>> {
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotData>, StorageError<u64>> {
         let file = tokio::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -241,18 +266,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             .open(self.snapshots.start_receiving())
             .await
             .map_err(snap_err)?;
-        Ok(Box::new(file))
+        Ok(Box::new(SnapshotData::file(file)))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<u64, openraft::BasicNode>,
-        snapshot: Box<tokio::fs::File>,
+        snapshot: Box<SnapshotData>,
     ) -> Result<(), StorageError<u64>> {
-        use tokio::io::AsyncWriteExt;
-        let mut file = *snapshot;
-        file.flush().await.map_err(snap_err)?;
-        let file = file.into_std().await;
+        let file = snapshot.into_file().await.map_err(snap_err)?;
         let (storage, mvcc, snapshots) = (
             self.storage.clone(),
             self.mvcc.clone(),
@@ -273,20 +295,24 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.hub.resync_all(self.mvcc.current_revision());
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
+        self.last_snapshot = Some(meta.clone());
         Ok(())
     }
 
+    /// A snapshot of the state as applied now (the state on disk is the snapshot; its bytes are
+    /// written only if read).
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<u64>> {
-        let snapshots = self.snapshots.clone();
-        let current = tokio::task::spawn_blocking(move || snapshots.current())
-            .await
-            .map_err(snap_err)?
-            .map_err(snap_err)?;
-        Ok(current.map(|(meta, file)| Snapshot {
+        if self.applied.is_none() {
+            return Ok(None);
+        }
+        let meta = self.snapshot_meta();
+        let data =
+            SnapshotData::deferred(self.snapshots.clone(), meta.clone(), self.storage.view());
+        Ok(Some(Snapshot {
             meta,
-            snapshot: Box::new(tokio::fs::File::from_std(file)),
+            snapshot: Box::new(data),
         }))
     }
 }

@@ -406,6 +406,17 @@ impl Cluster {
         http_get(s.client_port, path).await
     }
 
+    /// Snapshots member `i` received and installed since it started (its
+    /// `etcd_network_snapshot_receive_success` counters, summed over senders).
+    pub async fn snapshots_installed(&self, i: usize) -> TestResult<u64> {
+        let page = self.http_get(i, "/metrics").await?;
+        Ok(page
+            .lines()
+            .filter(|l| l.starts_with("etcd_network_snapshot_receive_success{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum())
+    }
+
     /// The client URL of member `i`.
     pub fn client_url(&self, i: usize) -> TestResult<String> {
         self.url(i)

@@ -62,8 +62,8 @@ async fn a_member_far_behind_catches_up_through_a_chunked_snapshot_despite_kills
     wait_for_transfer(&data, Duration::from_secs(30)).await?;
     c.kill(lagging)?;
     assert!(
-        !c.data_dir(lagging)?.join("snapshot.bin").exists(),
-        "killed after the transfer, not during it"
+        !receiving(&data).is_empty(),
+        "killed during the transfer, not after its install (which removes the file)"
     );
     // Its partial file is left behind; removed so that a new one marks the next transfer.
     for f in receiving(&data) {
@@ -83,11 +83,8 @@ async fn a_member_far_behind_catches_up_through_a_chunked_snapshot_despite_kills
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert!(c.data_dir(lagging)?.join("snapshot.bin").exists());
-    assert!(
-        receiving(&data).is_empty(),
-        "the received file became snapshot.bin"
-    );
+    assert!(c.snapshots_installed(lagging).await? >= 1);
+    assert!(receiving(&data).is_empty(), "the installed file goes");
 
     // Writes go on, and the killed sender comes back with everything too.
     put_retrying(&c, "k9999", "after").await?;
@@ -124,7 +121,17 @@ fn rss_mib(pid: u32) -> u64 {
 /// member with the same HashKV, and a truncated copy fails to restore and leaves nothing behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_save_streams_a_large_state_with_little_memory() -> TestResult {
-    let c = Cluster::start_with(1, &["--snapshot-count", "500"])?;
+    // The block cache (64 MiB by default) fills on the first read of every value, which is the
+    // save itself here: kept small so that what is measured is the save's own memory.
+    let c = Cluster::start_with(
+        1,
+        &[
+            "--snapshot-count",
+            "500",
+            "--storage-cache-bytes",
+            "4194304",
+        ],
+    )?;
     c.wait_leader(Duration::from_secs(20)).await?;
     let pid = c.pid(0).ok_or("not running")?;
     // 96 MiB of values, 16 KiB each, from 8 writers.
