@@ -141,11 +141,11 @@ pub fn observe_peer_rtt(to: u64, d: Duration) {
 pub enum SnapshotTransfer {
     /// `etcd_network_snapshot_send_success`: a peer took and installed one.
     Sent,
-    /// `etcd_network_snapshot_send_failures`: the last piece was refused or lost.
+    /// `etcd_network_snapshot_send_failures`: given up (the peer unreachable, a piece refused).
     SendFailed,
-    /// `etcd_network_snapshot_receive_success`: received and installed.
+    /// `etcd_network_snapshot_receive_success`: received whole (its last piece accepted).
     Received,
-    /// `etcd_network_snapshot_receive_failures`: the last piece arrived, the install failed.
+    /// `etcd_network_snapshot_receive_failures`: its last piece refused.
     ReceiveFailed,
 }
 

@@ -32,7 +32,8 @@ impl RaftNode {
         let snapshots = self.snapshots.clone();
         let made = tokio::task::spawn_blocking(move || {
             let meta = super::snapshots::meta_of(&view, "maintenance")?;
-            snapshots.make(&meta, &view)
+            let never = std::sync::atomic::AtomicBool::new(false);
+            snapshots.make(&meta, &view, &never)
         })
         .await;
         match made {

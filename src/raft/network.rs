@@ -7,15 +7,20 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use std::future::Future;
+
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    Fatal, InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed,
+    StreamingError, Unreachable,
 };
+use openraft::network::snapshot_transport::{Chunked, SnapshotTransport};
 use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
+    SnapshotResponse, VoteRequest, VoteResponse,
 };
-use openraft::BasicNode;
+use openraft::storage::Snapshot;
+use openraft::{BasicNode, OptionalSend, Vote};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::transport::Endpoint;
@@ -320,6 +325,27 @@ impl PeerClient {
     }
 }
 
+impl PeerClient {
+    /// Whether the peer answers at all: a `Hello` naming no member (so it wakes nothing there),
+    /// given ten heartbeat intervals.
+    async fn probe(&mut self) -> Result<(), String> {
+        let client = self
+            .client
+            .as_mut()
+            .ok_or_else(|| format!("bad peer address {}", self.addr))?;
+        let mut request = tonic::Request::new(crate::pb::concordpb::HelloRequest { member: 0 });
+        request.set_timeout(self.retry * 10);
+        from_cluster(&mut request, self.links.cluster_id);
+        match client.hello(request).await {
+            Ok(_) => {
+                self.links.touch(self.target);
+                Ok(())
+            }
+            Err(s) => Err(format!("{}: {}", s.code(), s.message())),
+        }
+    }
+}
+
 #[derive(Clone, Copy)]
 enum Method {
     Append,
@@ -370,16 +396,45 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         InstallSnapshotResponse<u64>,
         RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>,
     > {
-        let (last, vote) = (rpc.done, rpc.vote);
-        let res: Result<InstallSnapshotResponse<u64>, _> =
-            self.call(Method::Snapshot, &rpc, &option).await;
-        if last {
-            let how = match &res {
-                Ok(r) if r.vote == vote => crate::metrics::SnapshotTransfer::Sent,
-                _ => crate::metrics::SnapshotTransfer::SendFailed,
-            };
-            crate::metrics::count_snapshot_transfer(how, self.target);
+        self.call(Method::Snapshot, &rpc, &option).await
+    }
+
+    /// openraft's chunked send (its pieces go through [`Self::install_snapshot`]), with three
+    /// additions. A peer that does not answer a `Hello` is reported unreachable before the state
+    /// is written out for it: openraft tries again after a pause, and a member that stays down
+    /// costs no copies of the state. The snapshot's bytes are
+    /// written before the first piece, and a failure to (a full disk) fails this transfer, not
+    /// the leader. The transfer is counted once, as etcd counts them.
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote<u64>,
+        mut snapshot: Snapshot<TypeConfig>,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<u64>, StreamingError<TypeConfig, Fatal<u64>>> {
+        use tokio::io::AsyncSeekExt;
+        self.last = Method::Snapshot;
+        if let Err(e) = self.probe().await {
+            // openraft's pause before the next try is the appends' (a tenth of a heartbeat
+            // interval): wait here for the peer to say it is back, at most five intervals.
+            self.back.borrow_and_update();
+            tokio::select! {
+                closed = cancel => return Err(StreamingError::Closed(closed)),
+                _ = tokio::time::timeout(self.retry * 5, self.back.changed()) => {}
+            }
+            let e = TransportError(format!("no snapshot made for an unreachable peer: {e}"));
+            return Err(StreamingError::Unreachable(Unreachable::new(&e)));
         }
+        if let Err(e) = snapshot.snapshot.seek(std::io::SeekFrom::End(0)).await {
+            tracing::warn!(error = %e, peer = self.target, "making a snapshot to send");
+            return Err(StreamingError::Network(NetworkError::new(&e)));
+        }
+        let res = Chunked::send_snapshot(self, vote, snapshot, cancel, option).await;
+        let how = match &res {
+            Ok(r) if r.vote == vote => crate::metrics::SnapshotTransfer::Sent,
+            _ => crate::metrics::SnapshotTransfer::SendFailed,
+        };
+        crate::metrics::count_snapshot_transfer(how, self.target);
         res
     }
 

@@ -1,10 +1,12 @@
 //! [`SnapshotData`], openraft's snapshot bytes: the file a received snapshot is written to, or
 //! the snapshot of a [`View`] made when it is first read (a snapshot openraft builds only to
-//! learn its metadata, or fetches at start, is never written out).
+//! learn its metadata, or fetches at start, is never written out; one dropped while it is
+//! being written stops being written).
 
 use std::future::Future;
 use std::io::{self, SeekFrom};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
@@ -24,8 +26,11 @@ pub struct SnapshotData {
 enum State {
     /// Not read yet: what to make the file from.
     Deferred(Box<Deferred>),
-    /// Being written by a blocking task.
-    Making(tokio::task::JoinHandle<io::Result<std::fs::File>>),
+    /// Being written by a blocking task, which stops once the flag is set.
+    Making(
+        tokio::task::JoinHandle<io::Result<std::fs::File>>,
+        Arc<AtomicBool>,
+    ),
     /// The file.
     File(tokio::fs::File),
     /// Making it failed (the error's text, for every later call).
@@ -62,7 +67,7 @@ impl SnapshotData {
     pub async fn into_file(mut self) -> io::Result<std::fs::File> {
         use tokio::io::AsyncWriteExt;
         std::future::poll_fn(|cx| self.poll_made(cx)).await?;
-        match self.state {
+        match std::mem::replace(&mut self.state, State::Failed(String::new())) {
             State::File(mut f) => {
                 f.flush().await?;
                 Ok(f.into_std().await)
@@ -79,12 +84,14 @@ impl SnapshotData {
                     let placeholder = State::Failed(String::new());
                     if let State::Deferred(d) = std::mem::replace(&mut self.state, placeholder) {
                         let Deferred { files, meta, view } = *d;
-                        self.state = State::Making(tokio::task::spawn_blocking(move || {
-                            files.make(&meta, &view)
-                        }));
+                        let cancel = Arc::new(AtomicBool::new(false));
+                        let stop = cancel.clone();
+                        let task =
+                            tokio::task::spawn_blocking(move || files.make(&meta, &view, &stop));
+                        self.state = State::Making(task, cancel);
                     }
                 }
-                State::Making(task) => {
+                State::Making(task, _) => {
                     let made = ready!(Pin::new(task).poll(cx));
                     self.state = match made {
                         Ok(Ok(file)) => State::File(tokio::fs::File::from_std(file)),
@@ -111,6 +118,14 @@ impl SnapshotData {
                 Poll::Ready(Ok(Pin::new(f)))
             }
             _ => Poll::Ready(Err(io::Error::other("snapshot data without a file"))),
+        }
+    }
+}
+
+impl Drop for SnapshotData {
+    fn drop(&mut self) {
+        if let State::Making(_, cancel) = &self.state {
+            cancel.store(true, Ordering::Relaxed);
         }
     }
 }

@@ -10,6 +10,7 @@
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::storage::{meta_key, Space, View};
 
@@ -61,8 +62,8 @@ pub fn carried_meta(key: &[u8]) -> bool {
 /// Returns the bytes written.
 ///
 /// # Errors
-/// On an I/O or read failure.
-pub fn write(file: &File, meta: &Meta, view: &View) -> io::Result<u64> {
+/// On an I/O or read failure, or once `cancel` is set.
+pub fn write(file: &File, meta: &Meta, view: &View, cancel: &AtomicBool) -> io::Result<u64> {
     let mut out = BufWriter::with_capacity(BUFFER, file);
     let meta_bytes = bincode::serialize(meta).map_err(bad)?;
     out.write_all(MAGIC)?;
@@ -73,6 +74,9 @@ pub fn write(file: &File, meta: &Meta, view: &View) -> io::Result<u64> {
     // at once would make the Raft log's own syncs, on the same disk, wait behind them.
     let mut unsynced = 0usize;
     let mut record = |out: &mut BufWriter<&File>, space: Space, k: &[u8], v: &[u8]| {
+        if cancel.load(Ordering::Relaxed) {
+            return Err(io::Error::other("snapshot no longer wanted"));
+        }
         out.write_all(&[space_tag(space)])?;
         write_len(out, k.len())?;
         out.write_all(k)?;
@@ -210,7 +214,12 @@ mod tests {
         b.commit()?;
         let meta = Meta::default();
         let path = dir.path().join("snap");
-        let size = write(&File::create(&path)?, &meta, &s.view())?;
+        let size = write(
+            &File::create(&path)?,
+            &meta,
+            &s.view(),
+            &AtomicBool::new(false),
+        )?;
         assert_eq!(size, std::fs::metadata(&path)?.len());
         let (read, mut reader) = Reader::open(&path)?;
         assert_eq!(read, meta);
@@ -239,7 +248,8 @@ mod tests {
         b.insert(Space::Kv, b"key", b"value");
         b.commit()?;
         let path = dir.path().join("snap");
-        write(&File::create(&path)?, &Meta::default(), &s.view())?;
+        let cancel = AtomicBool::new(false);
+        write(&File::create(&path)?, &Meta::default(), &s.view(), &cancel)?;
         let bytes = std::fs::read(&path)?;
         for cut in [3, bytes.len() - 4, bytes.len() - 1] {
             let r = Reader::new(&bytes[..cut]).and_then(|(_, mut r)| {

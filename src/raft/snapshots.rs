@@ -103,8 +103,8 @@ impl SnapshotFiles {
     /// positioned at its start. Blocking.
     ///
     /// # Errors
-    /// On an I/O or read failure.
-    pub fn make(&self, meta: &Meta, view: &View) -> io::Result<std::fs::File> {
+    /// On an I/O or read failure, or once `cancel` is set.
+    pub fn make(&self, meta: &Meta, view: &View, cancel: &AtomicBool) -> io::Result<std::fs::File> {
         use std::io::Seek;
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
         let path = self.dir.join(format!("snapshot.send-{n}"));
@@ -115,7 +115,7 @@ impl SnapshotFiles {
             .open(&path)?;
         std::fs::remove_file(&path)?;
         let started = std::time::Instant::now();
-        let bytes = snapshot_file::write(&file, meta, view)?;
+        let bytes = snapshot_file::write(&file, meta, view, cancel)?;
         file.rewind()?;
         tracing::info!(
             bytes,
@@ -440,7 +440,7 @@ mod tests {
         fill(&a, "new", 3000)?;
         let sent = SnapshotFiles::new(&a_dir);
         let m = meta(40);
-        let mut made = sent.make(&m, &a.view())?;
+        let mut made = sent.make(&m, &a.view(), &AtomicBool::new(false))?;
 
         // Member b receives it, marks the install, and stops with half of its old keys
         // removed and part of the new ones written.
@@ -505,7 +505,8 @@ mod tests {
         assert_eq!(described.last_log_id, m.last_log_id);
         assert_eq!(described.snapshot_id, "test-7");
         let files = SnapshotFiles::new(dir.path());
-        let (read, mut reader) = Reader::new(files.make(&described, &view)?)?;
+        let (read, mut reader) =
+            Reader::new(files.make(&described, &view, &AtomicBool::new(false))?)?;
         assert_eq!(read, described);
         let mut records = 0;
         while reader.next_record()?.is_some() {
@@ -530,7 +531,7 @@ mod tests {
         b.insert(Space::Meta, b"m/attr/x", b"member");
         b.commit()?;
         let files = SnapshotFiles::new(dir.path());
-        let file = files.make(&meta(3), &s.view())?;
+        let file = files.make(&meta(3), &s.view(), &AtomicBool::new(false))?;
         let fresh = Storage::open(&dir.path().join("b"))?;
         let (revision, records) = restore(&fresh, file)?;
         assert_eq!((revision, records), (10, 10));

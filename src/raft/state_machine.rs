@@ -35,10 +35,11 @@ pub struct StateMachine {
     snapshots: Arc<SnapshotFiles>,
     applied: Option<LogId<u64>>,
     membership: Membership,
-    snapshot_seq: u64,
-    /// The latest snapshot taken or installed: what openraft is told again while nothing has
-    /// been applied since.
-    last_snapshot: Option<SnapshotMeta<u64, openraft::BasicNode>>,
+    /// Tells this process's snapshot ids from an earlier one's (its start time).
+    boot: u64,
+    /// The latest snapshot installed, with the state's sequence number after it: what openraft
+    /// is told again while the state has not changed since.
+    installed: Option<(SnapshotMeta<u64, openraft::BasicNode>, u64)>,
     /// `--experimental-warning-apply-duration`: applies slower than this are logged.
     slow_apply: std::time::Duration,
 }
@@ -109,8 +110,10 @@ impl StateMachine {
             snapshots,
             applied,
             membership,
-            snapshot_seq: 0,
-            last_snapshot: None,
+            boot: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+            installed: None,
             slow_apply: std::time::Duration::from_millis(100),
         })
     }
@@ -148,30 +151,30 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
 }
 
 impl StateMachine {
-    /// The metadata of a snapshot of the state as applied now: the latest one's while nothing
-    /// has been applied since, else a new one's (its id names this member, so pieces of two
-    /// senders' snapshots never mix in a receiver).
-    fn snapshot_meta(&mut self) -> SnapshotMeta<u64, openraft::BasicNode> {
-        if let Some(last) = &self.last_snapshot {
-            if last.last_log_id == self.applied {
-                return last.clone();
+    /// The metadata of a snapshot of `view`, the state as applied now. Its id names the log
+    /// position, this member, this process and the view's sequence number, so one id always
+    /// names the same bytes (compactions change the state between applies too): pieces of two
+    /// transfers never mix in a receiver. While the state is as a snapshot left it, that
+    /// snapshot's metadata (openraft's contract).
+    fn snapshot_meta(&self, view: &View) -> SnapshotMeta<u64, openraft::BasicNode> {
+        if let Some((installed, seqno)) = &self.installed {
+            if *seqno == view.seqno() && installed.last_log_id == self.applied {
+                return installed.clone();
             }
         }
-        self.snapshot_seq += 1;
-        let snapshot_id = match self.applied {
-            Some(l) => format!(
-                "{}-{}-{:x}-{}",
-                l.leader_id, l.index, self.id, self.snapshot_seq
-            ),
-            None => format!("0-0-{:x}-{}", self.id, self.snapshot_seq),
-        };
-        let meta = SnapshotMeta {
+        let (term, index) = self.applied.map_or((String::from("0"), 0), |l| {
+            (l.leader_id.to_string(), l.index)
+        });
+        SnapshotMeta {
             last_log_id: self.applied,
             last_membership: self.membership.clone(),
-            snapshot_id,
-        };
-        self.last_snapshot = Some(meta.clone());
-        meta
+            snapshot_id: format!(
+                "{term}-{index}-{:x}-{:x}-{}",
+                self.id,
+                self.boot,
+                view.seqno()
+            ),
+        }
     }
 }
 
@@ -251,9 +254,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         // Taken now, while no entry can be applied, so the data matches the metadata exactly.
+        let view = self.storage.view();
         SnapshotBuilder {
-            meta: self.snapshot_meta(),
-            view: Some(self.storage.view()),
+            meta: self.snapshot_meta(&view),
+            view: Some(view),
             snapshots: self.snapshots.clone(),
         }
     }
@@ -295,7 +299,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.hub.resync_all(self.mvcc.current_revision());
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
-        self.last_snapshot = Some(meta.clone());
+        self.installed = Some((meta.clone(), self.storage.view().seqno()));
         Ok(())
     }
 
@@ -307,9 +311,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if self.applied.is_none() {
             return Ok(None);
         }
-        let meta = self.snapshot_meta();
-        let data =
-            SnapshotData::deferred(self.snapshots.clone(), meta.clone(), self.storage.view());
+        let view = self.storage.view();
+        let meta = self.snapshot_meta(&view);
+        let data = SnapshotData::deferred(self.snapshots.clone(), meta.clone(), view);
         Ok(Some(Snapshot {
             meta,
             snapshot: Box::new(data),

@@ -34,6 +34,12 @@ impl View {
         self.storage.persist_state()
     }
 
+    /// The state's sequence number as of the view: two views with the same one (in one
+    /// process) see the same data.
+    pub fn seqno(&self) -> u64 {
+        self.snapshot.seqno()
+    }
+
     /// One value as of the view.
     ///
     /// # Errors

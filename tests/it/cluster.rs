@@ -287,7 +287,7 @@ impl Cluster {
             // them.
             .env(
                 "RUST_LOG",
-                "warn,concord::raft::election=info,openraft::engine=info",
+                "warn,concord::raft::election=info,concord::raft::snapshots=info,openraft::engine=info",
             )
             .stdout(Stdio::null())
             .stderr(log)
@@ -473,6 +473,14 @@ impl Cluster {
             self.log_tails(40)
         )
         .into())
+    }
+
+    /// Member `i`'s whole log (every start of it).
+    pub fn log_of(&self, i: usize) -> TestResult<String> {
+        let s = self.specs.get(i).ok_or("no such member")?;
+        Ok(std::fs::read_to_string(
+            self.dir.path().join(format!("{}.log", s.name)),
+        )?)
     }
 
     /// The last `lines` lines of every member's log, for a failure message.
