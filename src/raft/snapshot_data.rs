@@ -188,7 +188,8 @@ mod tests {
     use crate::storage::{Space, Storage};
 
     #[tokio::test]
-    async fn a_deferred_snapshot_is_made_on_first_read_and_never_if_unread() -> io::Result<()> {
+    async fn a_deferred_snapshot_is_made_on_first_read_from_its_own_view_and_leaves_no_name(
+    ) -> io::Result<()> {
         let dir = tempfile::tempdir()?;
         let storage = Storage::open(&dir.path().join("data"))?;
         let mut b = storage.batch();

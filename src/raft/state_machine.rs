@@ -84,20 +84,16 @@ impl StateMachine {
             hub.resync_all(mvcc.current_revision());
         }
         snapshots.forget_unused();
-        let decode = |key: &[u8]| -> Result<Option<Vec<u8>>, StorageError<u64>> {
-            storage.get(Space::Meta, key).map_err(sm_err)
-        };
-        let applied = match decode(meta_key::APPLIED)? {
-            Some(b) => bincode::deserialize(&b).map_err(sm_err)?,
-            None => None,
-        };
-        let membership = match decode(meta_key::MEMBERSHIP)? {
-            Some(b) => bincode::deserialize(&b).map_err(sm_err)?,
-            None => Membership::default(),
-        };
+        // The applied log id and membership are what a snapshot of the state would say.
+        let described = super::snapshots::meta_of(&storage.view(), "open").map_err(sm_err)?;
+        let (applied, membership) = (described.last_log_id, described.last_membership);
         let mut removed_key = meta_key::REMOVED.to_vec();
         removed_key.extend(id.to_be_bytes());
-        if decode(&removed_key)?.is_some() {
+        if storage
+            .get(Space::Meta, &removed_key)
+            .map_err(sm_err)?
+            .is_some()
+        {
             removed.send_replace(true);
         }
         Ok(StateMachine {

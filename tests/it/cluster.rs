@@ -41,6 +41,21 @@ pub async fn put_retrying(c: &Cluster, key: &str, value: &str) -> TestResult<i64
     }
 }
 
+/// Puts `k<i>` = `v<i>` (`i` zero-padded to three digits) for each `i` of `numbers` through any
+/// member (retried through elections), and records each acknowledged one in `acked`.
+pub async fn put_numbered(
+    c: &Cluster,
+    numbers: std::ops::Range<usize>,
+    acked: &mut std::collections::BTreeMap<String, String>,
+) -> TestResult {
+    for i in numbers {
+        let (k, v) = (format!("k{i:03}"), format!("v{i}"));
+        put_retrying(c, &k, &v).await?;
+        acked.insert(k, v);
+    }
+    Ok(())
+}
+
 /// The `k…` keys (`[k, l)`) as member `member` serves them; `serializable` reads its own
 /// state alone.
 pub async fn range_k(

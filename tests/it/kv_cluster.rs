@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use concord::pb::etcdserverpb::RangeRequest;
 
-use crate::cluster::{as_strings, put, put_retrying, range_k, Cluster, TestResult};
+use crate::cluster::{as_strings, put, put_numbered, put_retrying, range_k, Cluster, TestResult};
 
 async fn read_all(c: &Cluster, member: usize) -> TestResult<BTreeMap<String, String>> {
     Ok(as_strings(&range_k(c, member, false).await?.kvs))
@@ -38,11 +38,7 @@ async fn acknowledged_writes_survive_leader_kill_minority_and_full_restart() -> 
     c.kill(leader)?;
     let new_leader = c.wait_leader(Duration::from_secs(20)).await?;
     assert_ne!(new_leader, leader);
-    for i in 30..45 {
-        let (k, v) = (format!("k{i:03}"), format!("v{i}"));
-        put_retrying(&c, &k, &v).await?;
-        acked.insert(k, v);
-    }
+    put_numbered(&c, 30..45, &mut acked).await?;
     for m in c.alive() {
         assert_eq!(read_all(&c, m).await?, acked, "survivor {m} lost nothing");
     }
@@ -132,11 +128,7 @@ async fn a_lagging_member_catches_up_from_a_snapshot_after_log_compaction() -> T
     let lagging = (leader + 1) % 3;
     c.kill(lagging)?;
     let mut acked = BTreeMap::new();
-    for i in 0..150 {
-        let (k, v) = (format!("k{i:03}"), format!("v{i}"));
-        put_retrying(&c, &k, &v).await?;
-        acked.insert(k, v);
-    }
+    put_numbered(&c, 0..150, &mut acked).await?;
     // Deletes and a compaction must travel in the snapshot too.
     let mut kv = c.kv(leader).await?;
     kv.delete_range(concord::pb::etcdserverpb::DeleteRangeRequest {

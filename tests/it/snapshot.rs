@@ -8,12 +8,29 @@ use std::time::{Duration, Instant};
 use concord::pb::etcdserverpb::maintenance_client::MaintenanceClient;
 use concord::pb::etcdserverpb::{HashKvRequest, PutRequest, SnapshotRequest};
 
-use crate::cluster::{as_strings, put_retrying, range_k, Cluster, TestResult};
+use crate::cluster::{as_strings, put_numbered, put_retrying, range_k, Cluster, TestResult};
 use crate::memory_limit::MemoryLimit;
 
 /// Every `k…` key member `m` serves on its own (serializable), if it answers.
 async fn local_keys(c: &Cluster, m: usize) -> Option<BTreeMap<String, String>> {
     range_k(c, m, true).await.ok().map(|r| as_strings(&r.kvs))
+}
+
+/// Waits until member `m` serves exactly `acked` on its own (serializable reads).
+async fn wait_serving(
+    c: &Cluster,
+    m: usize,
+    acked: &BTreeMap<String, String>,
+    within: Duration,
+) -> TestResult {
+    let deadline = Instant::now() + within;
+    while local_keys(c, m).await.as_ref() != Some(acked) {
+        if Instant::now() > deadline {
+            return Err(format!("member {m} never caught up\n{}", c.log_tails(30)).into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
 }
 
 /// The files of snapshots being received in `dir` (`snapshot.recv-<n>`, `snapshot.recv`).
@@ -79,13 +96,7 @@ async fn a_member_far_behind_catches_up_through_a_chunked_snapshot_despite_kills
     let sender = c.wait_leader(Duration::from_secs(5)).await?;
     c.kill(sender)?;
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while local_keys(&c, lagging).await.as_ref() != Some(&acked) {
-        if Instant::now() > deadline {
-            return Err(format!("the lagging member never caught up\n{}", c.log_tails(30)).into());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_serving(&c, lagging, &acked, Duration::from_secs(60)).await?;
     assert!(c.snapshots_installed(lagging).await? >= 1);
     assert!(receiving(&data).is_empty(), "the installed file goes");
 
@@ -94,13 +105,7 @@ async fn a_member_far_behind_catches_up_through_a_chunked_snapshot_despite_kills
     acked.insert("k9999".into(), "after".into());
     c.spawn(sender)?;
     for m in 0..3 {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while local_keys(&c, m).await.as_ref() != Some(&acked) {
-            if Instant::now() > deadline {
-                return Err(format!("member {m} does not serve every acknowledged write").into());
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        wait_serving(&c, m, &acked, Duration::from_secs(30)).await?;
     }
     Ok(())
 }
@@ -115,11 +120,7 @@ async fn a_member_that_stays_down_costs_its_leader_no_snapshot_copies() -> TestR
     let down = (leader + 1) % 3;
     c.kill(down)?;
     let mut acked = BTreeMap::new();
-    for i in 0..200 {
-        let (k, v) = (format!("k{i:03}"), format!("v{i}"));
-        put_retrying(&c, &k, &v).await?;
-        acked.insert(k, v);
-    }
+    put_numbered(&c, 0..200, &mut acked).await?;
     let leader = c.wait_leader(Duration::from_secs(5)).await?;
     let made = |c: &Cluster| -> TestResult<usize> {
         Ok(c.log_of(leader)?.matches("made snapshot").count())
@@ -140,13 +141,7 @@ async fn a_member_that_stays_down_costs_its_leader_no_snapshot_copies() -> TestR
     );
 
     c.spawn(down)?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while local_keys(&c, down).await.as_ref() != Some(&acked) {
-        if Instant::now() > deadline {
-            return Err(format!("the member never caught up\n{}", c.log_tails(30)).into());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_serving(&c, down, &acked, Duration::from_secs(30)).await?;
     assert!(c.snapshots_installed(down).await? >= 1);
     let after = made(&c)?;
     assert!(
