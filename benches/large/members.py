@@ -79,12 +79,13 @@ def save(out, name, rows, table):
         f.write(table)
 
 
-def rss_mib(pid):
-    """The resident memory of process `pid` in MiB (0 once it is gone)."""
+def rss_mib(pid, field="VmRSS"):
+    """The resident memory of process `pid` in MiB (0 once it is gone); `field="VmHWM"` gives
+    its peak since it started."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) / 1024
     except OSError:
         pass

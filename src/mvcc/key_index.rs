@@ -97,39 +97,57 @@ impl KeyRange {
 
 /// One key's changes, oldest first. Most keys have one live revision after compaction, so one
 /// is stored inline (no allocation of its own).
-type History = SmallVec<[KeyRevision; 1]>;
+pub(super) type History = SmallVec<[KeyRevision; 1]>;
 
-/// The changes of one revision span, sorted and grouped by key: built by each start-up scan
-/// thread for its span, merged by [`KeyIndex::from_groups`].
+/// The keys of one span of the key space, from `start` (inclusive) to the next shard's start.
 #[derive(Default, Debug)]
-pub struct Grouped(Vec<(Box<[u8]>, History)>);
-
-impl Grouped {
-    /// Groups `changes`, given in revision order, by key (each key's changes stay in order).
-    pub fn new(mut changes: Vec<(Box<[u8]>, KeyRevision)>) -> Self {
-        // Stable: each key's changes keep their revision order.
-        changes.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut grouped: Vec<(Box<[u8]>, History)> = Vec::new();
-        for (key, change) in changes {
-            match grouped.last_mut() {
-                Some((last, history)) if *last == key => history.push(change),
-                _ => grouped.push((key, smallvec![change])),
-            }
-        }
-        Grouped(grouped)
-    }
+pub(super) struct Shard {
+    pub(super) start: Box<[u8]>,
+    pub(super) keys: BTreeMap<Box<[u8]>, History>,
 }
 
 /// Key → history, ordered by key.
-#[derive(Default, Debug)]
+///
+/// The keys are split into shards by key span, each its own B-tree: at start the index is built
+/// one shard at a time (see `index_build.rs`), so that building it never holds much more than
+/// the index itself. Keys written later go to the shard whose span holds them.
+#[derive(Debug)]
 pub struct KeyIndex {
-    keys: BTreeMap<Box<[u8]>, History>,
+    /// In key order; the first starts at the empty key, so every key has a shard.
+    shards: Vec<Shard>,
+}
+
+impl Default for KeyIndex {
+    fn default() -> Self {
+        KeyIndex {
+            shards: vec![Shard::default()],
+        }
+    }
 }
 
 impl KeyIndex {
+    /// An index of `shards`, given in key order, the first starting at the empty key.
+    pub(super) fn from_shards(shards: Vec<Shard>) -> Self {
+        match shards.first() {
+            Some(first) if first.start.is_empty() => KeyIndex { shards },
+            _ => {
+                let mut all = KeyIndex::default();
+                all.shards.extend(shards);
+                all
+            }
+        }
+    }
+
+    /// The position of the shard whose span holds `key`.
+    fn shard_of(&self, key: &[u8]) -> usize {
+        self.shards
+            .partition_point(|s| &*s.start <= key)
+            .saturating_sub(1)
+    }
+
     /// The state of `key` at main revision `at`, `None` if absent then.
     pub fn get(&self, key: &[u8], at: i64) -> Option<&KeyRevision> {
-        visible(self.keys.get(key)?, at)
+        visible(self.shards.get(self.shard_of(key))?.keys.get(key)?, at)
     }
 
     /// Every key of `range` present at `at`, in key order.
@@ -138,61 +156,38 @@ impl KeyIndex {
         range: &'a KeyRange,
         at: i64,
     ) -> impl Iterator<Item = (&'a [u8], &'a KeyRevision)> + 'a {
-        let empty = range.is_empty();
-        let iter = (!empty).then(|| {
-            self.keys
-                .range::<[u8], _>(range.bounds())
-                .filter_map(move |(k, h)| visible(h, at).map(|kr| (&k[..], kr)))
-        });
-        iter.into_iter().flatten()
+        let (low, high) = range.bounds();
+        let first = match low {
+            Bound::Included(k) | Bound::Excluded(k) => self.shard_of(k),
+            Bound::Unbounded => 0,
+        };
+        let shards = if range.is_empty() {
+            &[][..]
+        } else {
+            self.shards.get(first..).unwrap_or_default()
+        };
+        shards
+            .iter()
+            .take_while(move |s| match high {
+                Bound::Included(end) => &*s.start <= end,
+                Bound::Excluded(end) => &*s.start < end,
+                Bound::Unbounded => true,
+            })
+            .flat_map(move |s| s.keys.range::<[u8], _>((low, high)))
+            .filter_map(move |(k, h)| visible(h, at).map(|kr| (&k[..], kr)))
     }
 
     /// Records a change of `key`; revisions must arrive in increasing order.
     pub fn push(&mut self, key: &[u8], change: KeyRevision) {
-        match self.keys.get_mut(key) {
+        let at = self.shard_of(key);
+        let Some(shard) = self.shards.get_mut(at) else {
+            return;
+        };
+        match shard.keys.get_mut(key) {
             Some(history) => history.push(change),
             None => {
-                self.keys.insert(key.into(), smallvec![change]);
+                shard.keys.insert(key.into(), smallvec![change]);
             }
-        }
-    }
-
-    /// Builds the index from changes given in revision order.
-    pub fn from_changes(changes: Vec<(Box<[u8]>, KeyRevision)>) -> Self {
-        Self::from_groups(Grouped::new(changes), Grouped::default())
-    }
-
-    /// Builds the index from the grouped changes of two consecutive revision spans (`older`
-    /// entirely before `newer`). The tree is built from sorted input, which is faster than
-    /// inserting and packs its nodes full (inserting in revision order leaves many half empty).
-    pub fn from_groups(older: Grouped, newer: Grouped) -> Self {
-        let mut merged: Vec<(Box<[u8]>, History)> =
-            Vec::with_capacity(older.0.len().max(newer.0.len()));
-        let mut older = older.0.into_iter().peekable();
-        let mut newer = newer.0.into_iter().peekable();
-        loop {
-            let next = match (older.peek(), newer.peek()) {
-                (Some(o), Some(n)) => match o.0.cmp(&n.0) {
-                    std::cmp::Ordering::Less => older.next(),
-                    std::cmp::Ordering::Greater => newer.next(),
-                    std::cmp::Ordering::Equal => match (older.next(), newer.next()) {
-                        (Some((key, mut history)), Some((_, later))) => {
-                            history.extend(later);
-                            Some((key, history))
-                        }
-                        (one, other) => one.or(other),
-                    },
-                },
-                (Some(_), None) => older.next(),
-                (None, _) => newer.next(),
-            };
-            match next {
-                Some(entry) => merged.push(entry),
-                None => break,
-            }
-        }
-        KeyIndex {
-            keys: merged.into_iter().collect(),
         }
     }
 
@@ -200,25 +195,28 @@ impl KeyIndex {
     /// be deleted from disk.
     pub fn compact(&mut self, at: i64) -> Vec<Revision> {
         let mut removed = Vec::new();
-        self.keys.retain(|_, history| {
-            let Some(pos) = history.iter().rposition(|kr| kr.rev.main <= at) else {
-                return true;
-            };
-            let keep_from = match history.get(pos) {
-                Some(kr) if kr.is_tombstone() => pos + 1,
-                _ => pos,
-            };
-            removed.extend(history.drain(..keep_from).map(|kr| kr.rev));
-            !history.is_empty()
-        });
+        for shard in &mut self.shards {
+            shard.keys.retain(|_, history| {
+                let Some(pos) = history.iter().rposition(|kr| kr.rev.main <= at) else {
+                    return true;
+                };
+                let keep_from = match history.get(pos) {
+                    Some(kr) if kr.is_tombstone() => pos + 1,
+                    _ => pos,
+                };
+                removed.extend(history.drain(..keep_from).map(|kr| kr.rev));
+                !history.is_empty()
+            });
+        }
         removed
     }
 
     /// Every revision the index holds at or below `at`: after a compaction at `at`, the records
     /// below it that the store keeps (at most one per key).
     pub fn revisions_through(&self, at: i64) -> Vec<Revision> {
-        self.keys
-            .values()
+        self.shards
+            .iter()
+            .flat_map(|s| s.keys.values())
             .flat_map(|history| history.iter().take_while(|kr| kr.rev.main <= at))
             .map(|kr| kr.rev)
             .collect()
@@ -226,12 +224,17 @@ impl KeyIndex {
 
     /// Number of keys with any history (live or tombstoned).
     pub fn len(&self) -> usize {
-        self.keys.len()
+        self.shards.iter().map(|s| s.keys.len()).sum()
     }
 
     /// Whether no key has history.
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
+        self.shards.iter().all(|s| s.keys.is_empty())
+    }
+
+    /// How many shards the keys are split into.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
     }
 }
 
@@ -314,7 +317,7 @@ mod tests {
         for (k, c) in &changes {
             pushed.push(k, *c);
         }
-        let built = KeyIndex::from_changes(
+        let built = KeyIndex::build(
             changes
                 .into_iter()
                 .map(|(k, c)| (k.into_boxed_slice(), c))
@@ -346,10 +349,12 @@ mod tests {
         let boxed = |span: &[(Vec<u8>, KeyRevision)]| {
             span.iter()
                 .map(|(k, c)| (k.clone().into_boxed_slice(), *c))
-                .collect::<Vec<_>>()
+                .collect::<crate::mvcc::Changes>()
         };
         let (older, newer) = changes.split_at(3);
-        let built = KeyIndex::from_groups(Grouped::new(boxed(older)), Grouped::new(boxed(newer)));
+        let mut built = boxed(older);
+        built.append(boxed(newer));
+        let built = KeyIndex::build(built);
         for at in 1..=9 {
             for key in [b"a", b"b", b"c", b"d"] {
                 assert_eq!(built.get(key, at), pushed.get(key, at), "{key:?} at {at}");

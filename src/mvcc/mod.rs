@@ -6,6 +6,7 @@
 //! [`WriteTxn`]; a write is invisible to readers until its batch has committed.
 
 mod garbage;
+mod index_build;
 mod key_index;
 mod lease_table;
 mod published;
@@ -15,7 +16,8 @@ mod revision;
 mod store;
 mod write_txn;
 
-pub use key_index::{Grouped, KeyIndex, KeyRange, KeyRevision};
+pub use index_build::{Changes, SHARD_CHANGES};
+pub use key_index::{KeyIndex, KeyRange, KeyRevision};
 pub use lease_table::{LeaseInfo, LeaseTable};
 pub use range::range;
 pub use revision::Revision;

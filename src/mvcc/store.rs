@@ -14,7 +14,7 @@ use super::records::{
     alarm_bit, decode_alarm_key, decode_as, decode_lease, decode_record, key_value, to_event,
     IndexFields,
 };
-use super::{Grouped, KeyIndex, KeyRange, KeyRevision, LeaseInfo, LeaseTable, Revision, WriteTxn};
+use super::{Changes, KeyIndex, KeyRange, KeyRevision, LeaseInfo, LeaseTable, Revision, WriteTxn};
 use crate::error::{Error, Result};
 use crate::pb::mvccpb::{Event, KeyValue};
 use crate::storage::{meta_key, Space, Storage, StorageError, StorageResult};
@@ -110,6 +110,9 @@ impl MvccStore {
         self.published.installing();
         // The old state's compacted revisions are not the new one's.
         self.garbage.clear();
+        // Nothing reads the old index from here on (reads refuse while installing, and after a
+        // failure): freed now, the new one is not built beside it.
+        state.index = KeyIndex::default();
         let replaced = replace().and_then(|()| Ok(load_state(&self.storage)?));
         let (loaded, leftover) = match replaced {
             Ok(loaded) => loaded,
@@ -360,9 +363,8 @@ fn load_state(storage: &Storage) -> StorageResult<(State, Vec<Revision>)> {
 }
 
 /// Rebuilds the key index from every stored change. The two halves of the revision space are
-/// read and decoded on two threads, then the changes are sorted by key (stably, so each key's
-/// revisions stay in order) and the tree is built from sorted input: a million keys load in
-/// about half the time of inserting them one by one in revision order.
+/// read and decoded on two threads; the index is then built shard by shard (`index_build.rs`),
+/// in about its own memory.
 fn load_index(storage: &Storage, current: i64) -> StorageResult<KeyIndex> {
     let middle = Revision::new(current / 2 + 1, 0).to_bytes();
     let (low, high) = std::thread::scope(|scope| {
@@ -370,14 +372,14 @@ fn load_index(storage: &Storage, current: i64) -> StorageResult<KeyIndex> {
         let high = read_changes(storage, &middle, None);
         (low.join(), high)
     });
-    let low = low.map_err(|_| StorageError("key index loader panicked".into()))??;
-    Ok(KeyIndex::from_groups(low, high?))
+    let mut changes = low.map_err(|_| StorageError("key index loader panicked".into()))??;
+    changes.append(high?);
+    Ok(KeyIndex::build(changes))
 }
 
-/// The key index entries of the changes stored at revisions `from <= rev < to`, grouped by key
-/// (sorting is most of building the index: each scan thread sorts its own span).
-fn read_changes(storage: &Storage, from: &[u8], to: Option<&[u8]>) -> StorageResult<Grouped> {
-    let mut changes = Vec::new();
+/// The key index entries of the changes stored at revisions `from <= rev < to`.
+fn read_changes(storage: &Storage, from: &[u8], to: Option<&[u8]>) -> StorageResult<Changes> {
+    let mut changes = Changes::default();
     storage.for_each_in(Space::Kv, from, to, |k, v| {
         let rev = Revision::from_bytes(k)
             .ok_or_else(|| StorageError(format!("corrupt revision key {k:?}")))?;
@@ -392,10 +394,10 @@ fn read_changes(storage: &Storage, from: &[u8], to: Option<&[u8]>) -> StorageRes
                 lease: head.lease,
             }
         };
-        changes.push((head.key.into_boxed_slice(), change));
+        changes.push(head.key.into_boxed_slice(), change);
         Ok(())
     })?;
-    Ok(Grouped::new(changes))
+    Ok(changes)
 }
 
 /// Operations a request runs against the store, shared by reads and writes so that request
