@@ -20,7 +20,7 @@ use super::{KeyIndex, KeyRevision};
 /// Changes per chunk as read from disk.
 const CHUNK: usize = 1 << 16;
 /// Changes per shard that the bounds aim at.
-pub const SHARD_CHANGES: usize = 1 << 16;
+const SHARD_CHANGES: usize = 1 << 16;
 /// Keys sampled per shard to place its bounds.
 const SAMPLES_PER_SHARD: usize = 16;
 
@@ -171,16 +171,8 @@ fn tree(mut changes: Vec<Change>) -> Tree {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mvcc::key_index::tests::put;
     use crate::mvcc::{KeyRange, Revision};
-
-    fn put(main: i64, create: i64, version: i64) -> KeyRevision {
-        KeyRevision {
-            rev: Revision::new(main, 0),
-            create_revision: create,
-            version,
-            lease: 0,
-        }
-    }
 
     /// Changes of 40 keys over 400 revisions: puts, deletes and puts again, some keys often.
     fn history() -> Vec<(Vec<u8>, KeyRevision)> {

@@ -128,14 +128,8 @@ impl Default for KeyIndex {
 impl KeyIndex {
     /// An index of `shards`, given in key order, the first starting at the empty key.
     pub(super) fn from_shards(shards: Vec<Shard>) -> Self {
-        match shards.first() {
-            Some(first) if first.start.is_empty() => KeyIndex { shards },
-            _ => {
-                let mut all = KeyIndex::default();
-                all.shards.extend(shards);
-                all
-            }
-        }
+        debug_assert!(shards.first().is_some_and(|s| s.start.is_empty()));
+        KeyIndex { shards }
     }
 
     /// The position of the shard whose span holds `key`.
@@ -233,7 +227,8 @@ impl KeyIndex {
     }
 
     /// How many shards the keys are split into.
-    pub fn shard_count(&self) -> usize {
+    #[cfg(test)]
+    pub(super) fn shard_count(&self) -> usize {
         self.shards.len()
     }
 }
@@ -245,10 +240,11 @@ fn visible(history: &[KeyRevision], at: i64) -> Option<&KeyRevision> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn put(main: i64, create: i64, version: i64) -> KeyRevision {
+    /// A put at main revision `main` of a key created at `create`, now at `version`.
+    pub(in crate::mvcc) fn put(main: i64, create: i64, version: i64) -> KeyRevision {
         KeyRevision {
             rev: Revision::new(main, 0),
             create_revision: create,

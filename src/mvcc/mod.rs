@@ -16,7 +16,7 @@ mod revision;
 mod store;
 mod write_txn;
 
-pub use index_build::{Changes, SHARD_CHANGES};
+pub use index_build::Changes;
 pub use key_index::{KeyIndex, KeyRange, KeyRevision};
 pub use lease_table::{LeaseInfo, LeaseTable};
 pub use range::range;
