@@ -21,6 +21,7 @@ mod read;
 mod route;
 mod snapshot_data;
 mod snapshot_file;
+mod snapshot_send;
 pub mod snapshots;
 mod state_machine;
 

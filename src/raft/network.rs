@@ -13,7 +13,6 @@ use openraft::error::{
     Fatal, InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed,
     StreamingError, Unreachable,
 };
-use openraft::network::snapshot_transport::{Chunked, SnapshotTransport};
 use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
@@ -402,17 +401,16 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     /// openraft's chunked send (its pieces go through [`Self::install_snapshot`]), with three
     /// additions. A peer that does not answer a `Hello` is reported unreachable before the state
     /// is written out for it: openraft tries again after a pause, and a member that stays down
-    /// costs no copies of the state. The snapshot's bytes are
-    /// written before the first piece, and a failure to (a full disk) fails this transfer, not
-    /// the leader. The transfer is counted once, as etcd counts them.
+    /// costs no copies of the state. The pieces go out while the snapshot is written
+    /// ([`super::snapshot_send`]), and a failure to write it (a full disk) fails this transfer,
+    /// not the leader. The transfer is counted once, as etcd counts them.
     async fn full_snapshot(
         &mut self,
         vote: Vote<u64>,
-        mut snapshot: Snapshot<TypeConfig>,
+        snapshot: Snapshot<TypeConfig>,
         cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<u64>, StreamingError<TypeConfig, Fatal<u64>>> {
-        use tokio::io::AsyncSeekExt;
         self.last = Method::Snapshot;
         if let Err(e) = self.probe().await {
             // openraft's pause before the next try is the appends' (a tenth of a heartbeat
@@ -425,11 +423,15 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             let e = TransportError(format!("no snapshot made for an unreachable peer: {e}"));
             return Err(StreamingError::Unreachable(Unreachable::new(&e)));
         }
-        if let Err(e) = snapshot.snapshot.seek(std::io::SeekFrom::End(0)).await {
-            tracing::warn!(error = %e, peer = self.target, "making a snapshot to send");
-            return Err(StreamingError::Network(NetworkError::new(&e)));
-        }
-        let res = Chunked::send_snapshot(self, vote, snapshot, cancel, option).await;
+        let source = match snapshot.snapshot.into_source().await {
+            Ok(source) => source,
+            Err(e) => {
+                tracing::warn!(error = %e, peer = self.target, "making a snapshot to send");
+                return Err(StreamingError::Network(NetworkError::new(&e)));
+            }
+        };
+        let res =
+            super::snapshot_send::send(self, vote, snapshot.meta, source, cancel, option).await;
         let how = match &res {
             Ok(r) if r.vote == vote => crate::metrics::SnapshotTransfer::Sent,
             _ => crate::metrics::SnapshotTransfer::SendFailed,

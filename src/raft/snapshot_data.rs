@@ -1,7 +1,7 @@
 //! [`SnapshotData`], openraft's snapshot bytes: the file a received snapshot is written to, or
 //! the snapshot of a [`View`] made when it is first read (a snapshot openraft builds only to
 //! learn its metadata, or fetches at start, is never written out; one dropped while it is
-//! being written stops being written).
+//! being written stops being written). Sent to a lagging member, it is written while it is sent.
 
 use std::future::Future;
 use std::io::{self, SeekFrom};
@@ -13,6 +13,7 @@ use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncSeek, AsyncWrite, ReadBuf};
 
 use super::snapshot_file::Meta;
+use super::snapshot_send::Source;
 use super::snapshots::SnapshotFiles;
 use crate::storage::View;
 
@@ -72,6 +73,27 @@ impl SnapshotData {
                 f.flush().await?;
                 Ok(f.into_std().await)
             }
+            _ => Err(io::Error::other("snapshot data without a file")),
+        }
+    }
+
+    /// The bytes to send to a lagging member: a snapshot not made yet is written while it is
+    /// sent (see [`super::snapshot_send`]).
+    ///
+    /// # Errors
+    /// When making it failed or its file cannot be created.
+    pub async fn into_source(mut self) -> io::Result<Source> {
+        if let State::Deferred(_) = self.state {
+            if let State::Deferred(d) =
+                std::mem::replace(&mut self.state, State::Failed(String::new()))
+            {
+                let Deferred { files, meta, view } = *d;
+                return Source::writing(files, meta, view);
+            }
+        }
+        std::future::poll_fn(|cx| self.poll_made(cx)).await?;
+        match std::mem::replace(&mut self.state, State::Failed(String::new())) {
+            State::File(f) => Source::whole(f.into_std().await),
             _ => Err(io::Error::other("snapshot data without a file")),
         }
     }

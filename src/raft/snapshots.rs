@@ -99,6 +99,47 @@ impl SnapshotFiles {
         self.receiving.store(false, Ordering::Release);
     }
 
+    /// A new file for a snapshot being made, `snapshot.send-<n>`, unlinked as soon as it is
+    /// created: it takes disk space only while it is open.
+    ///
+    /// # Errors
+    /// On an I/O failure.
+    pub fn create(&self) -> io::Result<std::fs::File> {
+        let n = self.seq.fetch_add(1, Ordering::Relaxed);
+        let path = self.dir.join(format!("snapshot.send-{n}"));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        std::fs::remove_file(&path)?;
+        Ok(file)
+    }
+
+    /// Writes the snapshot of `view` described by `meta` into `file` (from [`Self::create`]),
+    /// telling `progress` how many bytes it holds as it grows. Returns its length. Blocking.
+    ///
+    /// # Errors
+    /// On an I/O or read failure, or once `cancel` is set.
+    pub fn write(
+        &self,
+        file: &std::fs::File,
+        meta: &Meta,
+        view: &View,
+        cancel: &AtomicBool,
+        progress: &mut dyn FnMut(u64),
+    ) -> io::Result<u64> {
+        let started = std::time::Instant::now();
+        let bytes = snapshot_file::write(file, meta, view, cancel, progress)?;
+        tracing::info!(
+            bytes,
+            took_ms = started.elapsed().as_millis() as u64,
+            snapshot = %meta.snapshot_id,
+            "made snapshot"
+        );
+        Ok(bytes)
+    }
+
     /// Writes the snapshot of `view` described by `meta` to a new unlinked file and returns it,
     /// positioned at its start. Blocking.
     ///
@@ -106,23 +147,9 @@ impl SnapshotFiles {
     /// On an I/O or read failure, or once `cancel` is set.
     pub fn make(&self, meta: &Meta, view: &View, cancel: &AtomicBool) -> io::Result<std::fs::File> {
         use std::io::Seek;
-        let n = self.seq.fetch_add(1, Ordering::Relaxed);
-        let path = self.dir.join(format!("snapshot.send-{n}"));
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
-        std::fs::remove_file(&path)?;
-        let started = std::time::Instant::now();
-        let bytes = snapshot_file::write(&file, meta, view, cancel)?;
+        let mut file = self.create()?;
+        self.write(&file, meta, view, cancel, &mut |_| {})?;
         file.rewind()?;
-        tracing::info!(
-            bytes,
-            took_ms = started.elapsed().as_millis() as u64,
-            snapshot = %meta.snapshot_id,
-            "made snapshot"
-        );
         Ok(file)
     }
 
