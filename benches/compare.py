@@ -1,17 +1,26 @@
 #!/usr/bin/env python3
-"""Concord against reference etcd 3.5.1, side by side on this machine, with concord-bench.
+"""Concord against reference etcd 3.5.1 (and etcd 3.6), side by side on this machine, with concord-bench.
 
-For each topology (one node; three nodes on loopback) and each workload, fresh clusters of
-both servers are started with the same flags and fresh data dirs on disk, and the workload runs
-on them alternately (etcd, Concord, etcd, Concord, ...: `--rounds` pairs) so that the machine's
-drift hits both alike. The table shows the medians and the ratio Concord/etcd. Then, at a fixed
-offered load (half of etcd's measured throughput), the p99 latency of both. Then, unless
-`--memory-keys 0`: resident memory after loading that many 256-byte keys, the size on disk, and
-the time to restart a member holding them until it serves a linearizable read (`/health`).
+For each topology (one node; three nodes on loopback), each client count and each workload,
+fresh clusters of every server are started with the same flags and fresh data dirs on disk, and
+the workload runs on them alternately (etcd, Concord, etcd, Concord, ...: `--rounds` rounds) so
+that the machine's drift hits all alike. The table shows the medians, the ratios Concord/etcd,
+and each server's CPU time per operation (from /proc, over the run). Then, at a fixed offered
+load (half of etcd 3.5.1's measured throughput at the last client count), the p99 latency of
+each. Then, unless `--memory-keys 0`: resident memory after loading that many 256-byte keys,
+the size on disk, and the time to restart a member holding them until it serves a
+linearizable read (`/health`).
+
+Client counts (`--clients 1,16,64`) come with their connections: one client over one
+connection, 16 over 4, 64 (and more) over 8. `put` overwrites keys of a 10,000-key space;
+`put-new` draws keys from a billion, so nearly every put creates its key.
+`--etcd36-dir DIR` adds etcd 3.6 (the version Kubernetes ships), built by
+`benches/etcd36/build.sh`.
 
 Usage:
-  benches/compare.py [--etcd-dir DIR] [--concord BIN] [--bench BIN] [--duration 10s]
-                     [--rounds 2] [--topologies 1,3] [--workloads put,range,...]
+  benches/compare.py [--etcd-dir DIR] [--etcd36-dir DIR] [--concord BIN] [--bench BIN]
+                     [--duration 10s] [--rounds 2] [--clients 1,16,64] [--topologies 1,3]
+                     [--workloads put,put-new,range,...] [--no-fixed]
                      [--memory-keys 1000000] [--markdown FILE] [--smoke]
 
 Both servers fsync every acknowledged write on a quorum (neither is given a flag that weakens
@@ -65,7 +74,7 @@ def make_certs(root: str) -> dict[str, str]:
     return {"dir": d, "ca": os.path.join(d, "ca.crt"), "cert": os.path.join(d, "client.crt"),
             "key": os.path.join(d, "client.key"), "server": os.path.join(d, "server")}
 
-ALL_WORKLOADS = ["put", "range", "range-ser", "range-prefix", "txn-cas", "mixed", "lease",
+ALL_WORKLOADS = ["put", "put-new", "range", "range-ser", "range-prefix", "txn-cas", "mixed", "lease",
                  "lease-keepalive", "lock", "lock-contended", "watch"]
 
 
@@ -178,9 +187,11 @@ def bench(args, cluster: Cluster, workload: str, extra: list[str]) -> dict:
     flags = []
     if workload == "range-ser":
         workload, flags = "range", ["--serializable"]
+    if workload == "put-new":
+        # Keys drawn from a billion: nearly every put creates its key.
+        workload, flags = "put", ["--key-space", "1000000000"]
     cmd = [args.bench, workload, "--endpoints", ",".join(cluster.client), "--json",
-           "--duration", args.duration, "--clients", str(args.clients), "--conns", str(args.conns),
-           "--server-pids", ",".join(map(str, cluster.pids())), *flags, *extra]
+           "--duration", args.duration, "--server-pids", ",".join(map(str, cluster.pids())), *flags, *extra]
     if workload == "watch":
         cmd += ["--watchers", str(args.watchers)]
     if TLS:
@@ -222,57 +233,99 @@ def ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b else "n/a"
 
 
+def conns_for(clients: int) -> int:
+    """Connections for a number of clients: 1 for 1, 4 for 16, 8 for 64 and more."""
+    return 1 if clients <= 1 else min(8, max(1, clients // 4))
+
+
+def medians(runs: list[dict]) -> dict:
+    """Medians of ops/s, p50, p99, peak RSS and server CPU per operation (µs) over runs."""
+    m = {k: statistics.median(r[k] for r in runs)
+         for k in ("ops_per_sec", "p50_ms", "p99_ms", "server_peak_rss_bytes")}
+    m["cpu_us"] = statistics.median(r["server_cpu_seconds"] / r["ops"] * 1e6 if r["ops"] else 0
+                                    for r in runs)
+    return m
+
+
 def compare(args, out: list[str]) -> None:
-    servers = [("etcd", args.etcd), ("concord", args.concord)]
+    servers = [("etcd", args.etcd)] + ([("etcd36", args.etcd36)] if args.etcd36 else []) + \
+        [("concord", args.concord)]
+    refs = [label for label, _ in servers if label != "concord"]
+    names = {"etcd": "etcd 3.5.1", "etcd36": "etcd 3.6", "concord": "Concord"}
     for n in args.topologies:
         out.append(f"\n### {n} node{'s' if n > 1 else ''}: throughput (median of {args.rounds})\n")
-        out.append("| workload | etcd ops/s | Concord ops/s | ratio | etcd p99 ms | Concord p99 ms | etcd peak RSS MiB | Concord peak RSS MiB |")
-        out.append("|---|---|---|---|---|---|---|---|")
+        head = ["workload", "clients/conns"]
+        head += [f"{names[label]} ops/s" for label, _ in servers]
+        head += [f"ratio to {names[r]}" for r in refs]
+        head += [f"{names[label]} p99 ms" for label, _ in servers]
+        head += [f"{names[label]} CPU µs/op" for label, _ in servers]
+        head += [f"CPU ratio to {names[r]}" for r in refs]
+        head += ["Concord peak RSS MiB"]
+        out.append("| " + " | ".join(head) + " |")
+        out.append("|" + "---|" * len(head))
         saturation = {}
-        for w in args.workloads:
-            runs: dict[str, list[dict]] = {"etcd": [], "concord": []}
-            for _ in range(args.rounds):
-                for label, binary in servers:
-                    runs[label].append(one_run(args, binary, label, n, w, []))
-            med = {k: {m: statistics.median(r[m] for r in v) for m in
-                       ("ops_per_sec", "p99_ms", "server_peak_rss_bytes")} for k, v in runs.items()}
-            saturation[w] = med["etcd"]["ops_per_sec"]
-            e, c = med["etcd"], med["concord"]
-            line = (f"| {w} | {e['ops_per_sec']:.0f} | {c['ops_per_sec']:.0f} | "
-                    f"{ratio(c['ops_per_sec'], e['ops_per_sec'])} | {e['p99_ms']:.2f} | "
-                    f"{c['p99_ms']:.2f} | {e['server_peak_rss_bytes'] / 2**20:.0f} | "
-                    f"{c['server_peak_rss_bytes'] / 2**20:.0f} |")
-            out.append(line)
-            print(line, flush=True)
+        for clients in args.clients:
+            conns = conns_for(clients)
+            for w in args.workloads:
+                runs: dict[str, list[dict]] = {label: [] for label, _ in servers}
+                for _ in range(args.rounds):
+                    for label, binary in servers:
+                        runs[label].append(one_run(args, binary, label, n, w,
+                                                   ["--clients", str(clients), "--conns", str(conns)]))
+                med = {label: medians(v) for label, v in runs.items()}
+                saturation[(clients, w)] = med["etcd"]["ops_per_sec"]
+                c = med["concord"]
+                cells = [w, f"{clients}/{conns}"]
+                cells += [f"{med[label]['ops_per_sec']:.0f}" for label, _ in servers]
+                cells += [ratio(c["ops_per_sec"], med[r]["ops_per_sec"]) for r in refs]
+                cells += [f"{med[label]['p99_ms']:.2f}" for label, _ in servers]
+                cells += [f"{med[label]['cpu_us']:.1f}" for label, _ in servers]
+                cells += [ratio(c["cpu_us"], med[r]["cpu_us"]) for r in refs]
+                cells += [f"{c['server_peak_rss_bytes'] / 2**20:.0f}"]
+                line = "| " + " | ".join(cells) + " |"
+                out.append(line)
+                print(line, flush=True)
+                if clients == 1:
+                    line = (f"(one client, p50 ms: " + ", ".join(
+                        f"{names[label]} {med[label]['p50_ms']:.3f}" for label, _ in servers) + ")")
+                    out.append(line)
+                    print(line, flush=True)
         fixed = [w for w in ("put", "range", "txn-cas", "mixed", "watch") if w in args.workloads]
-        if not fixed:
+        clients = args.clients[-1]
+        if not fixed or args.no_fixed:
             continue
-        out.append(f"\n### {n} node{'s' if n > 1 else ''}: p99 at a fixed offered load (half of etcd's throughput)\n")
-        out.append("| workload | offered ops/s | etcd p99 ms | Concord p99 ms | ratio |")
-        out.append("|---|---|---|---|---|")
+        out.append(f"\n### {n} node{'s' if n > 1 else ''}: p99 at a fixed offered load (half of etcd 3.5.1's throughput, {clients} clients)\n")
+        out.append("| workload | offered ops/s | " + " | ".join(f"{names[label]} p99 ms" for label, _ in servers)
+                   + " | " + " | ".join(f"ratio to {names[r]}" for r in refs) + " |")
+        out.append("|" + "---|" * (2 + len(servers) + len(refs)))
         for w in fixed:
             # watch: --rate paces the one writer's puts, and each put is one event per watcher
             per_op = args.watchers if w == "watch" else 1
-            rate = max(1, int(saturation[w] / 2 / per_op))
-            runs = {"etcd": [], "concord": []}
+            rate = max(1, int(saturation[(clients, w)] / 2 / per_op))
+            runs = {label: [] for label, _ in servers}
             for _ in range(args.rounds):
                 for label, binary in servers:
-                    runs[label].append(one_run(args, binary, label, n, w, ["--rate", str(rate)]))
-            e = statistics.median(r["p99_ms"] for r in runs["etcd"])
-            c = statistics.median(r["p99_ms"] for r in runs["concord"])
-            line = f"| {w} | {rate * per_op} | {e:.2f} | {c:.2f} | {ratio(c, e)} |"
+                    runs[label].append(one_run(args, binary, label, n, w, [
+                        "--rate", str(rate), "--clients", str(clients), "--conns", str(conns_for(clients))]))
+            p99 = {label: statistics.median(r["p99_ms"] for r in v) for label, v in runs.items()}
+            line = (f"| {w} | {rate * per_op} | " + " | ".join(f"{p99[label]:.2f}" for label, _ in servers)
+                    + " | " + " | ".join(ratio(p99["concord"], p99[r]) for r in refs) + " |")
             out.append(line)
             print(line, flush=True)
 
 
 def memory(args, out: list[str]) -> None:
     keys = args.memory_keys
+    servers = [("etcd 3.5.1", args.etcd)] + ([("etcd 3.6", args.etcd36)] if args.etcd36 else []) + \
+        [("Concord", args.concord)]
+    refs = [label for label, _ in servers[:-1]]
     out.append(f"\n### One node holding {keys} keys of 256 B\n")
-    out.append("| | etcd | Concord | ratio |")
-    out.append("|---|---|---|---|")
+    out.append("| | " + " | ".join(label for label, _ in servers) + " | "
+               + " | ".join(f"ratio to {r}" for r in refs) + " |")
+    out.append("|---|" + "---|" * (len(servers) + len(refs)))
     results = {}
-    for label, binary in [("etcd", args.etcd), ("concord", args.concord)]:
-        c = Cluster(binary, 1, args.root, label)
+    for label, binary in servers:
+        c = Cluster(binary, 1, args.root, label.split()[0].lower())
         try:
             c.start()
             c.wait_ready()
@@ -290,11 +343,12 @@ def memory(args, out: list[str]) -> None:
             results[label] = (resident, disk, restart)
         finally:
             c.remove()
-    (er, ed, et), (cr, cd, ct) = results["etcd"], results["concord"]
-    for name, e, c, fmt in [("resident memory MiB", er, cr, lambda v: f"{v / 2**20:.0f}"),
-                            ("on disk MiB", ed, cd, lambda v: f"{v / 2**20:.0f}"),
-                            ("restart to serving s", et, ct, lambda v: f"{v:.2f}")]:
-        line = f"| {name} | {fmt(e)} | {fmt(c)} | {ratio(c, e)} |"
+    for i, (name, fmt) in enumerate([("resident memory MiB", lambda v: f"{v / 2**20:.0f}"),
+                                     ("on disk MiB", lambda v: f"{v / 2**20:.0f}"),
+                                     ("restart to serving s", lambda v: f"{v:.2f}")]):
+        mine = results["Concord"][i]
+        line = (f"| {name} | " + " | ".join(fmt(results[label][i]) for label, _ in servers) + " | "
+                + " | ".join(ratio(mine, results[r][i]) for r in refs) + " |")
         out.append(line)
         print(line, flush=True)
 
@@ -307,8 +361,10 @@ def main() -> int:
     ap.add_argument("--bench", default=os.path.join(root, "target/release/concord-bench"))
     ap.add_argument("--duration", default="10s")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--clients", type=int, default=64)
-    ap.add_argument("--conns", type=int, default=8)
+    ap.add_argument("--clients", default="64",
+                    help="client counts, comma-separated (connections: 1 for 1, 4 for 16, 8 for 64)")
+    ap.add_argument("--etcd36-dir", help="also etcd 3.6 from this dir (benches/etcd36/build.sh)")
+    ap.add_argument("--no-fixed", action="store_true", help="skip the fixed-load p99 tables")
     ap.add_argument("--watchers", type=int, default=1000)
     ap.add_argument("--topologies", default="1,3")
     ap.add_argument("--workloads", default=",".join(ALL_WORKLOADS))
@@ -331,10 +387,12 @@ def main() -> int:
         args.duration, args.rounds, args.topologies = "1s", 1, "1"
         args.workloads, args.memory_keys, args.watchers = "put,range,txn-cas,lock,watch", 0, 10
     args.etcd = os.path.join(args.etcd_dir, "etcd")
+    args.etcd36 = os.path.join(args.etcd36_dir, "etcd") if args.etcd36_dir else None
+    args.clients = [int(c) for c in args.clients.split(",")]
     args.topologies = [int(t) for t in args.topologies.split(",")]
     args.workloads = args.workloads.split(",")
     out = [f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}; "
-           f"data on {args.root}; {args.clients} clients over {args.conns} connections, "
+           f"data on {args.root}; clients/connections {', '.join(f'{c}/{conns_for(c)}' for c in args.clients)}, "
            f"{args.duration} per run after 1 s warm-up; 256 B values"
            f"{'; TLS for clients and peers, client certificates required' if args.tls else ''}"
            f"{'; auth on, a user with READWRITE on the bench prefix, a token on every request' if args.auth else ''}."]
