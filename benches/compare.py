@@ -23,6 +23,10 @@ Usage:
                      [--workloads put,put-new,range,...] [--no-fixed]
                      [--memory-keys 1000000] [--markdown FILE] [--smoke]
 
+`--keep-servers` runs everything against one cluster per server and topology, so that the state
+grows from run to run as in a server that has been up for a while (the LSM's flushes and
+compactions, bbolt's growing file); by default every run gets fresh clusters.
+
 Both servers fsync every acknowledged write on a quorum (neither is given a flag that weakens
 that). --smoke: one short round of a few workloads on one node, to check that the tools work.
 --tls: both servers serve clients and peers over TLS with client-certificate auth (kubeadm's
@@ -196,6 +200,8 @@ def bench(args, cluster: Cluster, workload: str, extra: list[str]) -> dict:
         cmd += ["--watchers", str(args.watchers)]
     if TLS:
         cmd += ["--cacert", TLS["ca"], "--cert", TLS["cert"], "--key", TLS["key"]]
+    if args.plain:
+        cmd += ["--plain"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         raise SystemExit(f"concord-bench failed: {' '.join(cmd)}\n{out.stderr}")
@@ -216,7 +222,16 @@ def enable_auth(args, cluster: Cluster) -> None:
         subprocess.run(ctl + cmd, check=True, capture_output=True, timeout=60)
 
 
+# With --keep-servers: the running cluster of each (binary, size), reused by every run.
+KEPT: dict[tuple[str, int], Cluster] = {}
+
+
 def one_run(args, binary: str, label: str, n: int, workload: str, extra: list[str]) -> dict:
+    kept = KEPT.get((binary, n))
+    if args.keep_servers and kept is not None:
+        if args.auth:
+            extra = [*extra, "--user", AUTH_USER]
+        return bench(args, kept, workload, extra)
     c = Cluster(binary, n, args.root, label)
     try:
         c.start()
@@ -224,9 +239,12 @@ def one_run(args, binary: str, label: str, n: int, workload: str, extra: list[st
         if args.auth:
             enable_auth(args, c)
             extra = [*extra, "--user", AUTH_USER]
+        if args.keep_servers:
+            KEPT[(binary, n)] = c
         return bench(args, c, workload, extra)
     finally:
-        c.remove()
+        if not args.keep_servers:
+            c.remove()
 
 
 def ratio(a: float, b: float) -> str:
@@ -286,7 +304,7 @@ def compare(args, out: list[str]) -> None:
                 out.append(line)
                 print(line, flush=True)
                 if clients == 1:
-                    line = (f"(one client, p50 ms: " + ", ".join(
+                    line = ("(one client, p50 ms: " + ", ".join(
                         f"{names[label]} {med[label]['p50_ms']:.3f}" for label, _ in servers) + ")")
                     out.append(line)
                     print(line, flush=True)
@@ -364,6 +382,11 @@ def main() -> int:
     ap.add_argument("--clients", default="64",
                     help="client counts, comma-separated (connections: 1 for 1, 4 for 16, 8 for 64)")
     ap.add_argument("--etcd36-dir", help="also etcd 3.6 from this dir (benches/etcd36/build.sh)")
+    ap.add_argument("--plain", action="store_true",
+                    help="concord-bench connects as an ordinary tonic client (see its --plain)")
+    ap.add_argument("--keep-servers", action="store_true",
+                    help="one cluster per server and topology for all runs: the state grows "
+                         "from run to run, as in a server that has been up for a while")
     ap.add_argument("--no-fixed", action="store_true", help="skip the fixed-load p99 tables")
     ap.add_argument("--watchers", type=int, default=1000)
     ap.add_argument("--topologies", default="1,3")
@@ -395,9 +418,15 @@ def main() -> int:
            f"data on {args.root}; clients/connections {', '.join(f'{c}/{conns_for(c)}' for c in args.clients)}, "
            f"{args.duration} per run after 1 s warm-up; 256 B values"
            f"{'; TLS for clients and peers, client certificates required' if args.tls else ''}"
-           f"{'; auth on, a user with READWRITE on the bench prefix, a token on every request' if args.auth else ''}."]
+           f"{'; auth on, a user with READWRITE on the bench prefix, a token on every request' if args.auth else ''}"
+           f"{'; servers kept running across all runs (state growing)' if args.keep_servers else ''}"
+           f"{'; plain tonic client connections (END_STREAM in a frame of its own, no write coalescing)' if args.plain else ''}."]
     if not args.memory_only:
-        compare(args, out)
+        try:
+            compare(args, out)
+        finally:
+            for c in KEPT.values():
+                c.remove()
     if args.memory_keys > 0:
         memory(args, out)
     text = "\n".join(out) + "\n"

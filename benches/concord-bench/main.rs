@@ -108,6 +108,11 @@ pub struct Args {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Connect as an ordinary tonic client does (plain `http://` only): no write coalescing,
+    /// and a unary request's END_STREAM in a frame of its own (grpc-go's clients put it on the
+    /// data frame, as this tool does by default).
+    #[arg(long)]
+    pub plain: bool,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

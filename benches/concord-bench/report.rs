@@ -16,6 +16,9 @@ pub struct Measured {
     pub errors: u64,
     /// Measured time.
     pub elapsed: Duration,
+    /// The servers' CPU seconds over the measured time alone (not the connection set-up,
+    /// prefill and warm-up), when sampled.
+    pub server_cpu: Option<f64>,
 }
 
 impl Measured {
@@ -26,6 +29,7 @@ impl Measured {
             ops: 0,
             errors: 0,
             elapsed: Duration::ZERO,
+            server_cpu: None,
         })
     }
 
@@ -78,6 +82,21 @@ impl ProcStats {
     }
 }
 
+/// The CPU seconds the processes `pids` use between `from` and `to`, sampled by a task.
+pub fn server_cpu(
+    pids: &[u32],
+    from: std::time::Instant,
+    to: std::time::Instant,
+) -> tokio::task::JoinHandle<f64> {
+    let pids = pids.to_vec();
+    tokio::spawn(async move {
+        tokio::time::sleep_until(from.into()).await;
+        let before = ProcStats::read(&pids);
+        tokio::time::sleep_until(to.into()).await;
+        ProcStats::read(&pids).cpu - before.cpu
+    })
+}
+
 /// One line of results.
 pub struct Report {
     workload: String,
@@ -114,7 +133,7 @@ impl Report {
             ops: m.ops,
             errors: m.errors,
             peak_rss: after.peak_rss,
-            cpu: after.cpu - before.cpu,
+            cpu: m.server_cpu.unwrap_or(after.cpu - before.cpu),
         }
     }
 

@@ -52,6 +52,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Measured> {
     let args = Arc::new(args.clone());
     let measure_from = Instant::now() + WARMUP;
     let end = measure_from + args.duration;
+    let cpu = crate::report::server_cpu(&args.server_pids, measure_from, end);
     let mut tasks = Vec::new();
     for id in 0..args.clients {
         let channel = channels[id % channels.len()].clone();
@@ -94,6 +95,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Measured> {
         total.merge(&t.await??)?;
     }
     total.elapsed = args.duration;
+    total.server_cpu = Some(cpu.await?);
     Ok(total)
 }
 
@@ -112,6 +114,19 @@ async fn connect(args: &Args) -> anyhow::Result<Vec<Channel>> {
     let mut channels = Vec::new();
     for i in 0..args.conns.max(1) {
         let url = &args.endpoints[i % args.endpoints.len()];
+        if args.plain {
+            // An ordinary tonic client: its own connector (one write per frame flush) and a
+            // unary request's END_STREAM in a frame of its own.
+            let channel = Endpoint::from_shared(url.clone())?
+                .connect()
+                .await
+                .with_context(|| format!("connecting to {url}"))?;
+            let unchanged: fn(
+                http::Request<tonic::body::Body>,
+            ) -> http::Request<tonic::body::Body> = |r| r;
+            channels.push(tower::util::MapRequest::new(channel, unchanged));
+            continue;
+        }
         // Requests are written through the server's write coalescing too: a load generator
         // that pays one `writev` per request spends the CPU the servers under test share.
         // TLS is done by the connector; tonic sees a plain URL.
@@ -416,6 +431,7 @@ async fn watch(args: &Args, channels: &[Channel]) -> anyhow::Result<Measured> {
     let end_key = concord::storage::prefix_end(&prefix);
     let measure_from = Instant::now() + WARMUP + Duration::from_secs(1);
     let end = measure_from + args.duration;
+    let cpu = crate::report::server_cpu(&args.server_pids, measure_from, end);
     let mut watchers = Vec::new();
     let (ready_tx, mut ready_rx) = mpsc::channel::<()>(args.watchers.max(1));
     for w in 0..args.watchers {
@@ -486,6 +502,7 @@ async fn watch(args: &Args, channels: &[Channel]) -> anyhow::Result<Measured> {
         total.merge(&w.await??)?;
     }
     total.elapsed = args.duration;
+    total.server_cpu = Some(cpu.await?);
     Ok(total)
 }
 
