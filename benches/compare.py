@@ -282,6 +282,7 @@ def compare(args, out: list[str]) -> None:
         out.append("| " + " | ".join(head) + " |")
         out.append("|" + "---|" * len(head))
         saturation = {}
+        p50s: list[str] = []
         for clients in args.clients:
             conns = conns_for(clients)
             for w in args.workloads:
@@ -304,10 +305,11 @@ def compare(args, out: list[str]) -> None:
                 out.append(line)
                 print(line, flush=True)
                 if clients == 1:
-                    line = ("(one client, p50 ms: " + ", ".join(
-                        f"{names[label]} {med[label]['p50_ms']:.3f}" for label, _ in servers) + ")")
-                    out.append(line)
-                    print(line, flush=True)
+                    p50s.append(f"- {w}, one client: p50 " + ", ".join(
+                        f"{names[label]} {med[label]['p50_ms']:.3f} ms" for label, _ in servers))
+        if p50s:
+            out.append("\n" + "\n".join(p50s))
+            print("\n".join(p50s), flush=True)
         fixed = [w for w in ("put", "range", "txn-cas", "mixed", "watch") if w in args.workloads]
         clients = args.clients[-1]
         if not fixed or args.no_fixed:
