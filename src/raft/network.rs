@@ -398,8 +398,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         self.call(Method::Snapshot, &rpc, &option).await
     }
 
-    /// openraft's chunked send (its pieces go through [`Self::install_snapshot`]), with three
-    /// additions. A peer that does not answer a `Hello` is reported unreachable before the state
+    /// A snapshot in pieces of openraft's chunked protocol, each through
+    /// [`Self::install_snapshot`], with three additions to openraft's own sender. A peer that does not answer a `Hello` is reported unreachable before the state
     /// is written out for it: openraft tries again after a pause, and a member that stays down
     /// costs no copies of the state. The pieces go out while the snapshot is written
     /// ([`super::snapshot_send`]), and a failure to write it (a full disk) fails this transfer,

@@ -83,13 +83,12 @@ impl SnapshotData {
     /// # Errors
     /// When making it failed or its file cannot be created.
     pub async fn into_source(mut self) -> io::Result<Source> {
-        if let State::Deferred(_) = self.state {
-            if let State::Deferred(d) =
-                std::mem::replace(&mut self.state, State::Failed(String::new()))
-            {
+        match std::mem::replace(&mut self.state, State::Failed(String::new())) {
+            State::Deferred(d) => {
                 let Deferred { files, meta, view } = *d;
                 return Source::writing(files, meta, view);
             }
+            other => self.state = other,
         }
         std::future::poll_fn(|cx| self.poll_made(cx)).await?;
         match std::mem::replace(&mut self.state, State::Failed(String::new())) {
@@ -203,21 +202,28 @@ impl AsyncSeek for SnapshotData {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
     use super::*;
     use crate::storage::{Space, Storage};
 
+    /// A state holding `k` = `v` in `dir`, and the snapshot files of `dir`.
+    pub(in crate::raft) fn one_key_store(
+        dir: &std::path::Path,
+    ) -> io::Result<(Storage, Arc<SnapshotFiles>)> {
+        let storage = Storage::open(&dir.join("data"))?;
+        let mut b = storage.batch();
+        b.insert(Space::Kv, b"k", b"v");
+        b.commit()?;
+        Ok((storage, Arc::new(SnapshotFiles::new(dir))))
+    }
+
     #[tokio::test]
     async fn a_deferred_snapshot_is_made_on_first_read_from_its_own_view_and_leaves_no_name(
     ) -> io::Result<()> {
         let dir = tempfile::tempdir()?;
-        let storage = Storage::open(&dir.path().join("data"))?;
-        let mut b = storage.batch();
-        b.insert(Space::Kv, b"k", b"v");
-        b.commit()?;
-        let files = Arc::new(SnapshotFiles::new(dir.path()));
+        let (storage, files) = one_key_store(dir.path())?;
         let meta = Meta {
             snapshot_id: "t-1".into(),
             ..Default::default()

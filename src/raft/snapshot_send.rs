@@ -328,11 +328,7 @@ mod tests {
     #[tokio::test]
     async fn a_failed_write_ends_the_pieces_with_its_error() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
-        let storage = Storage::open(&dir.path().join("data"))?;
-        let mut b = storage.batch();
-        b.insert(Space::Kv, b"k", b"v");
-        b.commit()?;
-        let files = Arc::new(SnapshotFiles::new(dir.path()));
+        let (storage, files) = super::super::snapshot_data::tests::one_key_store(dir.path())?;
         let mut source = Source::writing(files, Meta::default(), storage.view())?;
         // Stopped before it wrote a record, as when the transfer ends.
         source.stop.store(true, Ordering::Relaxed);
