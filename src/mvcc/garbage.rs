@@ -1,7 +1,9 @@
 //! Compacted revisions whose records are still on disk, deleted by a thread of their own in
 //! small batches, as etcd deletes them (it takes 1,000 per batch): a compaction of millions of
 //! revisions no longer writes all their deletions in the batch that applies it, under the state
-//! lock, while every write waits.
+//! lock, while every write waits. The same thread compacts the key index first, one shard at a
+//! time under the write lock (etcd locks its index per key while it compacts it), and queues
+//! each shard's compacted revisions.
 //!
 //! Nothing reads a compacted revision (reads and watches below the compacted revision are
 //! refused, HashKV skips them as etcd's does), so a record may outlive its compaction for a
@@ -39,6 +41,8 @@ pub(super) struct Garbage {
 #[derive(Default)]
 struct Queue {
     revisions: VecDeque<Revision>,
+    /// A compaction of the key index still under way: its revision, and the next shard.
+    index: Option<(i64, usize)>,
     /// Set when the store is dropped: the thread ends (and lets go of the storage).
     stopped: bool,
 }
@@ -57,15 +61,26 @@ impl Garbage {
         self.wake.notify_one();
     }
 
-    /// Forgets every queued revision (the state was replaced). Called with the state locked
-    /// for writing, so no batch is being deleted.
-    pub(super) fn clear(&self) {
-        self.queue().revisions.clear();
+    /// Compacts the key index at `at`, a shard at a time, queueing each shard's compacted
+    /// revisions (a compaction still under way goes on at `at`, from the first shard). Called
+    /// with the state locked for writing, once the compaction is committed.
+    pub(super) fn compact_index(&self, at: i64) {
+        self.queue().index = Some((at, 0));
+        self.wake.notify_one();
     }
 
-    /// Revisions still on disk.
+    /// Forgets every queued revision and the index compaction under way (the state was
+    /// replaced). Called with the state locked for writing, so no batch is being deleted.
+    pub(super) fn clear(&self) {
+        let mut queue = self.queue();
+        queue.revisions.clear();
+        queue.index = None;
+    }
+
+    /// Revisions still on disk, plus one while the key index is being compacted.
     pub(super) fn pending(&self) -> usize {
-        self.queue().revisions.len()
+        let queue = self.queue();
+        queue.revisions.len() + usize::from(queue.index.is_some())
     }
 
     /// Tells the thread to end.
@@ -98,7 +113,7 @@ fn run(storage: &Storage, state: &RwLock<State>, garbage: &Garbage) {
     loop {
         {
             let mut queue = garbage.queue();
-            while queue.revisions.is_empty() && !queue.stopped {
+            while queue.revisions.is_empty() && queue.index.is_none() && !queue.stopped {
                 if let Some((started, deleted)) = round.take() {
                     tracing::info!(
                         deleted,
@@ -115,6 +130,10 @@ fn run(storage: &Storage, state: &RwLock<State>, garbage: &Garbage) {
         if round.is_some() {
             std::thread::sleep(PAUSE);
         }
+        let (_, deleted) = round.get_or_insert((std::time::Instant::now(), 0));
+        if !compact_index_shard(state, garbage) {
+            return;
+        }
         let Ok(_readers_only) = state.read() else {
             return;
         };
@@ -126,6 +145,9 @@ fn run(storage: &Storage, state: &RwLock<State>, garbage: &Garbage) {
             .take(BATCH)
             .copied()
             .collect();
+        if batch.is_empty() {
+            continue;
+        }
         let mut writes = storage.batch();
         for rev in &batch {
             writes.remove(Space::Kv, &rev.to_bytes());
@@ -135,9 +157,29 @@ fn run(storage: &Storage, state: &RwLock<State>, garbage: &Garbage) {
             tracing::warn!(error = %e, "deleting compacted revisions");
         }
         garbage.queue().revisions.drain(..batch.len());
-        let (_, deleted) = round.get_or_insert((std::time::Instant::now(), 0));
         *deleted += batch.len();
     }
+}
+
+/// Compacts the next shard of the key index if a compaction is under way, under the state's
+/// write lock (writers wait for one shard, not for the whole index), and queues the shard's
+/// compacted revisions. False when the state lock is poisoned.
+fn compact_index_shard(state: &RwLock<State>, garbage: &Garbage) -> bool {
+    if garbage.queue().index.is_none() {
+        return true;
+    }
+    let Ok(mut state) = state.write() else {
+        return false;
+    };
+    let mut queue = garbage.queue();
+    // An install may have cleared it since it was looked at.
+    let Some((at, shard)) = queue.index else {
+        return true;
+    };
+    let removed = state.index.compact_shard(shard, at);
+    queue.index = (shard + 1 < state.index.shard_count()).then_some((at, shard + 1));
+    queue.revisions.extend(removed);
+    true
 }
 
 #[cfg(test)]
@@ -212,6 +254,39 @@ mod tests {
                 .len(),
             1
         );
+        Ok(())
+    }
+
+    #[test]
+    fn reads_and_hash_kv_do_not_wait_for_the_index_compaction() -> TestResult {
+        let (a_dir, b_dir) = (tempfile::tempdir()?, tempfile::tempdir()?);
+        // The same history twice: one store that never compacts its index in the background
+        // (no thread), one that does.
+        let pending = MvccStore::open_keeping_compacted(Storage::open(a_dir.path())?)?;
+        let done = MvccStore::open(Storage::open(b_dir.path())?)?;
+        for store in [&pending, &done] {
+            write_versions(store, 300)?;
+            let mut w = store.write()?;
+            // Half of the keys deleted, then a compaction in the middle of the last round.
+            w.delete_range(&crate::mvcc::KeyRange::new(b"k1", b"k5"), false)?;
+            w.end_request();
+            w.commit()?;
+            let mut w = store.write()?;
+            w.compact(800)?;
+            w.commit()?;
+        }
+        wait_drained(&done)?;
+        assert!(
+            pending.compaction_pending() > 0,
+            "the index compaction has not run"
+        );
+        let all = crate::mvcc::KeyRange::From(Vec::new());
+        for at in [800, 850, 902] {
+            let (p, d) = (pending.read()?, done.read()?);
+            assert_eq!(p.index_range(&all, at), d.index_range(&all, at), "at {at}");
+        }
+        assert_eq!(pending.hash_kv(0)?, done.hash_kv(0)?);
+        assert_eq!(pending.hash_kv(850)?, done.hash_kv(850)?);
         Ok(())
     }
 

@@ -265,11 +265,34 @@ mod tests {
             index.revisions_through(300),
             expected.revisions_through(300)
         );
-        let mut removed = index.compact(300);
+        let kept_before = index.revisions_through(300);
+        // A shard at a time, as the background compaction does, with reads between shards.
+        let mut removed = Vec::new();
+        for shard in 0..index.shard_count() {
+            removed.extend(index.compact_shard(shard, 300));
+            for at in [300, 350, 403] {
+                assert_eq!(keys(&index, &all, at), keys(&expected, &all, at), "at {at}");
+            }
+            assert_eq!(
+                index.revisions_through(300),
+                kept_before,
+                "after shard {shard}"
+            );
+        }
         let mut expected_removed = expected.compact(300);
         removed.sort();
         expected_removed.sort();
         assert_eq!(removed, expected_removed);
+        // Compacted, each key holds at most its version at 300 at or below it.
+        let mut through = index.revisions_through(300);
+        let mut all_through: Vec<Revision> = index
+            .shards_for_test()
+            .flat_map(|history| history.iter().filter(|kr| kr.rev.main <= 300))
+            .map(|kr| kr.rev)
+            .collect();
+        through.sort();
+        all_through.sort();
+        assert_eq!(through, all_through);
         for at in [300, 350, 403] {
             assert_eq!(keys(&index, &all, at), keys(&expected, &all, at), "at {at}");
         }

@@ -189,15 +189,19 @@ impl KeyIndex {
     /// be deleted from disk.
     pub fn compact(&mut self, at: i64) -> Vec<Revision> {
         let mut removed = Vec::new();
-        for shard in &mut self.shards {
+        for shard in 0..self.shards.len() {
+            removed.extend(self.compact_shard(shard, at));
+        }
+        removed
+    }
+
+    /// [`KeyIndex::compact`] of shard `shard` alone (none past the last): a compaction done a
+    /// shard at a time, so that writers wait for one shard at most.
+    pub fn compact_shard(&mut self, shard: usize, at: i64) -> Vec<Revision> {
+        let mut removed = Vec::new();
+        if let Some(shard) = self.shards.get_mut(shard) {
             shard.keys.retain(|_, history| {
-                let Some(pos) = history.iter().rposition(|kr| kr.rev.main <= at) else {
-                    return true;
-                };
-                let keep_from = match history.get(pos) {
-                    Some(kr) if kr.is_tombstone() => pos + 1,
-                    _ => pos,
-                };
+                let keep_from = compaction_keeps_from(history, at);
                 removed.extend(history.drain(..keep_from).map(|kr| kr.rev));
                 !history.is_empty()
             });
@@ -205,13 +209,18 @@ impl KeyIndex {
         removed
     }
 
-    /// Every revision the index holds at or below `at`: after a compaction at `at`, the records
-    /// below it that the store keeps (at most one per key).
+    /// Every revision at or below `at` that a compaction at `at` keeps (at most one per key:
+    /// its version at `at`), whether or not the index has been compacted yet.
     pub fn revisions_through(&self, at: i64) -> Vec<Revision> {
         self.shards
             .iter()
             .flat_map(|s| s.keys.values())
-            .flat_map(|history| history.iter().take_while(|kr| kr.rev.main <= at))
+            .flat_map(|history| {
+                let kept = history.get(compaction_keeps_from(history, at)..);
+                kept.unwrap_or_default()
+                    .iter()
+                    .take_while(|kr| kr.rev.main <= at)
+            })
             .map(|kr| kr.rev)
             .collect()
     }
@@ -227,9 +236,29 @@ impl KeyIndex {
     }
 
     /// How many shards the keys are split into.
-    #[cfg(test)]
-    pub(super) fn shard_count(&self) -> usize {
+    pub fn shard_count(&self) -> usize {
         self.shards.len()
+    }
+
+    /// Every key's history, shard after shard.
+    #[cfg(test)]
+    pub(super) fn shards_for_test(&self) -> impl Iterator<Item = &[KeyRevision]> {
+        self.shards
+            .iter()
+            .flat_map(|s| s.keys.values())
+            .map(|h| h.as_slice())
+    }
+}
+
+/// Where the part of `history` that a compaction at `at` keeps begins: at its version at `at`,
+/// or after it when that is a tombstone.
+fn compaction_keeps_from(history: &[KeyRevision], at: i64) -> usize {
+    let Some(pos) = history.iter().rposition(|kr| kr.rev.main <= at) else {
+        return 0;
+    };
+    match history.get(pos) {
+        Some(kr) if kr.is_tombstone() => pos + 1,
+        _ => pos,
     }
 }
 

@@ -31,9 +31,10 @@ pub struct WriteTxn<'a> {
     dirty: bool,
     /// The changes of this batch, in revision order, for watchers.
     events: Vec<Event>,
-    /// Where revisions compacted by this batch go to be deleted, once it commits.
+    /// Where a compaction made by this batch goes on, once it commits.
     garbage: &'a super::garbage::Garbage,
-    compacted: Vec<Revision>,
+    /// The revision this batch compacted at, if it did.
+    compacted_at: Option<i64>,
 }
 
 impl<'a> WriteTxn<'a> {
@@ -54,7 +55,7 @@ impl<'a> WriteTxn<'a> {
             dirty: false,
             events: Vec::new(),
             garbage,
-            compacted: Vec::new(),
+            compacted_at: None,
         }
     }
 
@@ -96,8 +97,10 @@ impl<'a> WriteTxn<'a> {
         if at > self.state.current {
             return Err(Error::FutureRevision);
         }
-        // Their records are deleted in the background once this batch commits (`garbage.rs`).
-        self.compacted.extend(self.state.index.compact(at));
+        // The key index is compacted, and the records deleted, in the background once this
+        // batch commits (`garbage.rs`): reads below `at` are refused from here on, and reads at
+        // or above it see the same versions whether or not the older history is still there.
+        self.compacted_at = Some(at);
         self.state.compacted = at;
         self.set_meta(meta_key::COMPACTED, &at.to_be_bytes());
         self.dirty = true;
@@ -209,7 +212,9 @@ impl<'a> WriteTxn<'a> {
             }
         }
         batch.commit()?;
-        self.garbage.push(std::mem::take(&mut self.compacted));
+        if let Some(at) = self.compacted_at.take() {
+            self.garbage.compact_index(at);
+        }
         if self.alarms_changed {
             self.published.publish(&self.state);
         } else {
