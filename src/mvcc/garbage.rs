@@ -1,9 +1,9 @@
 //! Compacted revisions whose records are still on disk, deleted by a thread of their own in
 //! small batches, as etcd deletes them (it takes 1,000 per batch): a compaction of millions of
 //! revisions no longer writes all their deletions in the batch that applies it, under the state
-//! lock, while every write waits. The same thread compacts the key index first, one shard at a
-//! time under the write lock (etcd locks its index per key while it compacts it), and queues
-//! each shard's compacted revisions.
+//! lock, while every write waits. The same thread compacts the key index first, 10,000 keys at
+//! a time under the write lock (etcd locks its index per key while it compacts it), and queues
+//! each step's compacted revisions.
 //!
 //! Nothing reads a compacted revision (reads and watches below the compacted revision are
 //! refused, HashKV skips them as etcd's does), so a record may outlive its compaction for a
@@ -24,6 +24,9 @@ use crate::storage::{Space, Storage};
 /// Deletions per batch (etcd's `compaction-batch-limit`): each holds writers back for a moment
 /// only, and writers get the lock between two batches.
 const BATCH: usize = 1000;
+/// Keys of the key index compacted per step (each under the state's write lock: a few
+/// milliseconds).
+const INDEX_STEP: usize = 10_000;
 /// The pause between two batches, so that waiting writes go first.
 const PAUSE: Duration = Duration::from_millis(1);
 
@@ -41,8 +44,8 @@ pub(super) struct Garbage {
 #[derive(Default)]
 struct Queue {
     revisions: VecDeque<Revision>,
-    /// A compaction of the key index still under way: its revision, and the next shard.
-    index: Option<(i64, usize)>,
+    /// A compaction of the key index still under way: its revision, and the key to go on from.
+    index: Option<(i64, Box<[u8]>)>,
     /// Set when the store is dropped: the thread ends (and lets go of the storage).
     stopped: bool,
 }
@@ -61,11 +64,11 @@ impl Garbage {
         self.wake.notify_one();
     }
 
-    /// Compacts the key index at `at`, a shard at a time, queueing each shard's compacted
-    /// revisions (a compaction still under way goes on at `at`, from the first shard). Called
-    /// with the state locked for writing, once the compaction is committed.
+    /// Compacts the key index at `at`, [`INDEX_STEP`] keys at a time, queueing each step's
+    /// compacted revisions (a compaction still under way goes on at `at`, from the first key).
+    /// Called with the state locked for writing, once the compaction is committed.
     pub(super) fn compact_index(&self, at: i64) {
-        self.queue().index = Some((at, 0));
+        self.queue().index = Some((at, Box::default()));
         self.wake.notify_one();
     }
 
@@ -131,7 +134,7 @@ fn run(storage: &Storage, state: &RwLock<State>, garbage: &Garbage) {
             std::thread::sleep(PAUSE);
         }
         let (_, deleted) = round.get_or_insert((std::time::Instant::now(), 0));
-        if !compact_index_shard(state, garbage) {
+        if !compact_index_step(state, garbage) {
             return;
         }
         let Ok(_readers_only) = state.read() else {
@@ -161,10 +164,10 @@ fn run(storage: &Storage, state: &RwLock<State>, garbage: &Garbage) {
     }
 }
 
-/// Compacts the next shard of the key index if a compaction is under way, under the state's
-/// write lock (writers wait for one shard, not for the whole index), and queues the shard's
-/// compacted revisions. False when the state lock is poisoned.
-fn compact_index_shard(state: &RwLock<State>, garbage: &Garbage) -> bool {
+/// Compacts the next [`INDEX_STEP`] keys of the key index if a compaction is under way, under
+/// the state's write lock (writers wait for one step, not for the whole index), and queues
+/// their compacted revisions. False when the state lock is poisoned.
+fn compact_index_step(state: &RwLock<State>, garbage: &Garbage) -> bool {
     if garbage.queue().index.is_none() {
         return true;
     }
@@ -173,11 +176,11 @@ fn compact_index_shard(state: &RwLock<State>, garbage: &Garbage) -> bool {
     };
     let mut queue = garbage.queue();
     // An install may have cleared it since it was looked at.
-    let Some((at, shard)) = queue.index else {
+    let Some((at, from)) = queue.index.take() else {
         return true;
     };
-    let removed = state.index.compact_shard(shard, at);
-    queue.index = (shard + 1 < state.index.shard_count()).then_some((at, shard + 1));
+    let (removed, next) = state.index.compact_keys(&from, at, INDEX_STEP);
+    queue.index = next.map(|key| (at, key));
     queue.revisions.extend(removed);
     true
 }

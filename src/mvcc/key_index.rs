@@ -188,25 +188,45 @@ impl KeyIndex {
     /// Drops history that no read at `>= at` can see; returns the revisions whose records can
     /// be deleted from disk.
     pub fn compact(&mut self, at: i64) -> Vec<Revision> {
-        let mut removed = Vec::new();
-        for shard in 0..self.shards.len() {
-            removed.extend(self.compact_shard(shard, at));
-        }
-        removed
+        self.compact_keys(b"", at, usize::MAX).0
     }
 
-    /// [`KeyIndex::compact`] of shard `shard` alone (none past the last): a compaction done a
-    /// shard at a time, so that writers wait for one shard at most.
-    pub fn compact_shard(&mut self, shard: usize, at: i64) -> Vec<Revision> {
+    /// [`KeyIndex::compact`] of at most `limit` keys from `from` on, in key order: a compaction
+    /// done a step at a time, so that writers wait for one step at most. Returns the compacted
+    /// revisions and the key to go on from (`None` once the last key is done).
+    pub fn compact_keys(
+        &mut self,
+        from: &[u8],
+        at: i64,
+        limit: usize,
+    ) -> (Vec<Revision>, Option<Box<[u8]>>) {
         let mut removed = Vec::new();
-        if let Some(shard) = self.shards.get_mut(shard) {
-            shard.keys.retain(|_, history| {
+        let mut done = 0;
+        let first = self.shard_of(from);
+        for shard in self.shards.iter_mut().skip(first) {
+            let mut emptied = Vec::new();
+            let mut next = None;
+            let span = (Bound::Included(from), Bound::Unbounded);
+            for (key, history) in shard.keys.range_mut::<[u8], _>(span) {
+                if done == limit {
+                    next = Some(key.clone());
+                    break;
+                }
                 let keep_from = compaction_keeps_from(history, at);
                 removed.extend(history.drain(..keep_from).map(|kr| kr.rev));
-                !history.is_empty()
-            });
+                if history.is_empty() {
+                    emptied.push(key.clone());
+                }
+                done += 1;
+            }
+            for key in emptied {
+                shard.keys.remove(&key);
+            }
+            if next.is_some() {
+                return (removed, next);
+            }
         }
-        removed
+        (removed, None)
     }
 
     /// Every revision at or below `at` that a compaction at `at` keeps (at most one per key:
