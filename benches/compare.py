@@ -265,19 +265,27 @@ def medians(runs: list[dict]) -> dict:
     return m
 
 
-def compare(args, out: list[str]) -> None:
+# How each server is named in the tables.
+NAMES = {"etcd": "etcd 3.5.1", "etcd36": "etcd 3.6", "concord": "Concord"}
+
+
+def servers_of(args) -> tuple[list[tuple[str, str]], list[str]]:
+    """The servers compared, (label, binary), Concord last; and the labels of the references."""
     servers = [("etcd", args.etcd)] + ([("etcd36", args.etcd36)] if args.etcd36 else []) + \
         [("concord", args.concord)]
-    refs = [label for label, _ in servers if label != "concord"]
-    names = {"etcd": "etcd 3.5.1", "etcd36": "etcd 3.6", "concord": "Concord"}
+    return servers, [label for label, _ in servers[:-1]]
+
+
+def compare(args, out: list[str]) -> None:
+    servers, refs = servers_of(args)
     for n in args.topologies:
         out.append(f"\n### {n} node{'s' if n > 1 else ''}: throughput (median of {args.rounds})\n")
         head = ["workload", "clients/conns"]
-        head += [f"{names[label]} ops/s" for label, _ in servers]
-        head += [f"ratio to {names[r]}" for r in refs]
-        head += [f"{names[label]} p99 ms" for label, _ in servers]
-        head += [f"{names[label]} CPU µs/op" for label, _ in servers]
-        head += [f"CPU ratio to {names[r]}" for r in refs]
+        head += [f"{NAMES[label]} ops/s" for label, _ in servers]
+        head += [f"ratio to {NAMES[r]}" for r in refs]
+        head += [f"{NAMES[label]} p99 ms" for label, _ in servers]
+        head += [f"{NAMES[label]} CPU µs/op" for label, _ in servers]
+        head += [f"CPU ratio to {NAMES[r]}" for r in refs]
         head += ["Concord peak RSS MiB"]
         out.append("| " + " | ".join(head) + " |")
         out.append("|" + "---|" * len(head))
@@ -306,7 +314,7 @@ def compare(args, out: list[str]) -> None:
                 print(line, flush=True)
                 if clients == 1:
                     p50s.append(f"- {w}, one client: p50 " + ", ".join(
-                        f"{names[label]} {med[label]['p50_ms']:.3f} ms" for label, _ in servers))
+                        f"{NAMES[label]} {med[label]['p50_ms']:.3f} ms" for label, _ in servers))
         if p50s:
             out.append("\n" + "\n".join(p50s))
             print("\n".join(p50s), flush=True)
@@ -315,8 +323,8 @@ def compare(args, out: list[str]) -> None:
         if not fixed or args.no_fixed:
             continue
         out.append(f"\n### {n} node{'s' if n > 1 else ''}: p99 at a fixed offered load (half of etcd 3.5.1's throughput, {clients} clients)\n")
-        out.append("| workload | offered ops/s | " + " | ".join(f"{names[label]} p99 ms" for label, _ in servers)
-                   + " | " + " | ".join(f"ratio to {names[r]}" for r in refs) + " |")
+        out.append("| workload | offered ops/s | " + " | ".join(f"{NAMES[label]} p99 ms" for label, _ in servers)
+                   + " | " + " | ".join(f"ratio to {NAMES[r]}" for r in refs) + " |")
         out.append("|" + "---|" * (2 + len(servers) + len(refs)))
         for w in fixed:
             # watch: --rate paces the one writer's puts, and each put is one event per watcher
@@ -336,16 +344,14 @@ def compare(args, out: list[str]) -> None:
 
 def memory(args, out: list[str]) -> None:
     keys = args.memory_keys
-    servers = [("etcd 3.5.1", args.etcd)] + ([("etcd 3.6", args.etcd36)] if args.etcd36 else []) + \
-        [("Concord", args.concord)]
-    refs = [label for label, _ in servers[:-1]]
+    servers, refs = servers_of(args)
     out.append(f"\n### One node holding {keys} keys of 256 B\n")
-    out.append("| | " + " | ".join(label for label, _ in servers) + " | "
-               + " | ".join(f"ratio to {r}" for r in refs) + " |")
+    out.append("| | " + " | ".join(NAMES[label] for label, _ in servers) + " | "
+               + " | ".join(f"ratio to {NAMES[r]}" for r in refs) + " |")
     out.append("|---|" + "---|" * (len(servers) + len(refs)))
     results = {}
     for label, binary in servers:
-        c = Cluster(binary, 1, args.root, label.split()[0].lower())
+        c = Cluster(binary, 1, args.root, label)
         try:
             c.start()
             c.wait_ready()
@@ -366,7 +372,7 @@ def memory(args, out: list[str]) -> None:
     for i, (name, fmt) in enumerate([("resident memory MiB", lambda v: f"{v / 2**20:.0f}"),
                                      ("on disk MiB", lambda v: f"{v / 2**20:.0f}"),
                                      ("restart to serving s", lambda v: f"{v:.2f}")]):
-        mine = results["Concord"][i]
+        mine = results["concord"][i]
         line = (f"| {name} | " + " | ".join(fmt(results[label][i]) for label, _ in servers) + " | "
                 + " | ".join(ratio(mine, results[r][i]) for r in refs) + " |")
         out.append(line)

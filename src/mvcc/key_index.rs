@@ -235,12 +235,7 @@ impl KeyIndex {
         self.shards
             .iter()
             .flat_map(|s| s.keys.values())
-            .flat_map(|history| {
-                let kept = history.get(compaction_keeps_from(history, at)..);
-                kept.unwrap_or_default()
-                    .iter()
-                    .take_while(|kr| kr.rev.main <= at)
-            })
+            .filter_map(|history| visible(history, at))
             .map(|kr| kr.rev)
             .collect()
     }
@@ -270,21 +265,24 @@ impl KeyIndex {
     }
 }
 
+/// The position of `history`'s last change at or below `at`, if any.
+fn last_through(history: &[KeyRevision], at: i64) -> Option<usize> {
+    history
+        .partition_point(|kr| kr.rev.main <= at)
+        .checked_sub(1)
+}
+
 /// Where the part of `history` that a compaction at `at` keeps begins: at its version at `at`,
 /// or after it when that is a tombstone.
 fn compaction_keeps_from(history: &[KeyRevision], at: i64) -> usize {
-    let Some(pos) = history.iter().rposition(|kr| kr.rev.main <= at) else {
-        return 0;
-    };
-    match history.get(pos) {
-        Some(kr) if kr.is_tombstone() => pos + 1,
-        _ => pos,
-    }
+    last_through(history, at).map_or(0, |pos| {
+        pos + usize::from(history.get(pos).is_some_and(KeyRevision::is_tombstone))
+    })
 }
 
+/// `history`'s version at `at`, unless the key was deleted then (or did not exist yet).
 fn visible(history: &[KeyRevision], at: i64) -> Option<&KeyRevision> {
-    let pos = history.partition_point(|kr| kr.rev.main <= at);
-    let kr = history.get(pos.checked_sub(1)?)?;
+    let kr = history.get(last_through(history, at)?)?;
     (!kr.is_tombstone()).then_some(kr)
 }
 

@@ -44,7 +44,6 @@ const UNREACHABLE_PAUSE: Duration = Duration::from_millis(500);
 const DEFAULT_PIECE: u64 = 3 << 20;
 
 /// How much of the file is written.
-#[derive(Clone, Debug, PartialEq)]
 enum Written {
     /// At least this many bytes, and more to come.
     Growing(u64),
