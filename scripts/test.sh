@@ -6,21 +6,38 @@
 # operator commands on three members, the benchmark tools with and without auth, and the fault
 # suite's failover check and short mode (every fault kind against a 3-member cluster in network
 # namespaces; needs root), and the Helm chart (linted, schema-checked, and the pods it renders
-# run as processes). Installs what it needs by itself.
+# run as processes), and Kubernetes' own storage tests (k8s.io/apiserver's etcd3 store and watch
+# cache) against Concord on one and three members and reference etcd 3.6. Installs what it
+# needs by itself (Go must be there: it builds etcd 3.6 and the Kubernetes tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+started=$SECONDS
+step() { echo "=== [$(((SECONDS - started) / 60))m$(((SECONDS - started) % 60))s] $*" >&2; }
 ref=$(scripts/install-test-tools.sh)
+step "lints"
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
+step "build"
 cargo build --bins
+step "cargo tests"
 # Integration tests start real clusters (3 processes each, 500 ms election timeouts): two at a
 # time on 2 cores; three at once starved members into missed elections in 2 of 4 CI runs.
 cargo test -- --test-threads 2
+# Kubernetes' storage tests mostly wait (every test starts fresh servers): they run in the
+# background while the etcdctl tests below do, and are waited for before the fault suite.
+step "Kubernetes storage tests started"
+setsid k8s-tests/storage/run.sh concord-1=target/debug/concord concord-3=target/debug/concord:3:etcd3,largeobjects \
+  etcd-3.6="$ref/../etcd-3.6/etcd" > target/k8s-storage.log 2>&1 &
+storage=$!
+# If a step below fails, its servers and tests go too (setsid made it a process group).
+trap 'kill -- -"$storage" 2>/dev/null || true' EXIT
+step "etcdctl tests"
 ctls=(--etcdctl "$ref/etcdctl")
 [[ -x /usr/bin/etcdctl ]] && ctls+=(--etcdctl /usr/bin/etcdctl)
 scripts/fencing-example.sh
 python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 1 "${ctls[@]}"
-python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 3 "${ctls[@]}"
+# etcdctl 3.4 on one member only: what it adds is its own client side, not the cluster's.
+python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 3 --etcdctl "$ref/etcdctl"
 python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 3 --tls certs --etcdctl "$ref/etcdctl"
 python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref" --cluster 1 --tls auto --etcdctl "$ref/etcdctl"
 # Operator commands (member, endpoint, alarm, defrag, snapshot, move-leader) on 3 members each.
@@ -30,6 +47,14 @@ python3 etcdctl-tests/opstest.py --server target/debug/concord --etcd-dir "$ref"
 # on a debug build, see benches/RESULTS.md for real ones).
 python3 benches/compare.py --smoke --etcd-dir "$ref" --concord target/debug/concord --bench target/debug/concord-bench
 python3 benches/compare.py --smoke --auth --etcd-dir "$ref" --concord target/debug/concord --bench target/debug/concord-bench
+step "waiting for the Kubernetes storage tests"
+if ! wait "$storage"; then
+  tail -n 200 target/k8s-storage.log
+  exit 1
+fi
+trap - EXIT
+sed -n '/^| server/,$p' target/k8s-storage.log
+step "fault suite"
 # Failover: a SIGSTOPped or partitioned-away leader is replaced (and writes succeed on the other
 # members) while it is still silent; a follower back from a partition does not depose the leader.
 target/debug/concord-faults --mode failover
@@ -38,5 +63,7 @@ target/debug/concord-faults --mode short
 # The Helm chart: lint and Kubernetes 1.29-1.37 schemas of every values variant, the Dockerfile's
 # checks, then the pods it renders run as real processes in network namespaces (defaults; TLS
 # with auth, backups, defrag and a restore): install, helm test, scale 3 -> 5 -> 3, a lost volume.
+step "Helm chart"
 k8s=$(scripts/install-k8s-tools.sh)
 "$k8s/python" charts/test/chart_test.py --tools "$k8s" --etcdctl "$ref/etcdctl" --concord target/debug/concord
+step "all tests passed"

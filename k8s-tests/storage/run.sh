@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Runs Kubernetes' own storage tests -- k8s.io/apiserver's pkg/storage/etcd3 (the etcd3 store
+# and watcher kube-apiserver uses, driven by the generic suite in pkg/storage/testing) and
+# pkg/storage/cacher (the watch cache on top of it) -- against server processes instead of the
+# embedded etcd the tests normally start: Concord and reference etcd, same tests, same run. Also
+# runs largeobjects/, ours.
+#
+#   k8s-tests/storage/run.sh [--work DIR] NAME=BINARY[:MEMBERS[:PACKAGE,...]] ...
+#
+# e.g. concord-1=target/debug/concord concord-3=target/debug/concord:3:etcd3 etcd-3.6=PATH/etcd.
+# PACKAGEs are etcd3, cacher and largeobjects (default: all three). Every test gets a fresh
+# cluster of MEMBERS (default 1) processes of BINARY; see
+# testserver/test_server.go, which is compiled over apiserver's test server (the Kubernetes
+# tests themselves are unchanged). All servers run at once (the tests mostly wait). Fails if a
+# test fails on any server, except a reference etcd's failures that only lack RangeStream
+# (added in etcd 3.7): see summarize.py, which prints the table.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+work="$here/../../target/k8s-storage"
+if [[ "${1:-}" == --work ]]; then work="$2"; shift 2; fi
+mkdir -p "$work"
+work=$(realpath "$work")
+[[ $# -gt 0 ]] || { echo "usage: $0 [--work DIR] NAME=BINARY[:MEMBERS[:PACKAGE,...]] ..." >&2; exit 2; }
+# Test packages: apiserver's two storage packages, and ours (large objects on a shared
+# connection, the defect kube-apiserver once met).
+declare -A import=(
+  [etcd3]=k8s.io/apiserver/pkg/storage/etcd3
+  [cacher]=k8s.io/apiserver/pkg/storage/cacher
+  [largeobjects]=./largeobjects
+)
+packages=(etcd3 cacher largeobjects)
+
+# Server binaries as absolute paths, before leaving the caller's directory.
+specs=()
+for spec in "$@"; do
+  name=${spec%%=*}
+  IFS=: read -r binary members chosen <<<"${spec#*=}"
+  specs+=("$name=$(realpath "$binary"):${members:-1}:${chosen:-$(IFS=,; echo "${packages[*]}")}")
+done
+
+# apiserver as pinned by go.mod, with our test server in place of the embedded etcd one.
+cd "$here"
+src=$(go mod download -json k8s.io/apiserver | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+rm -rf "$work/apiserver"
+mkdir -p "$work/results"
+cp -r "$src" "$work/apiserver"
+chmod -R u+w "$work/apiserver"
+cp testserver/test_server.go "$work/apiserver/pkg/storage/etcd3/testserver/test_server.go"
+cp go.mod go.sum "$work/"
+go mod edit -modfile "$work/go.mod" -replace "k8s.io/apiserver=$work/apiserver"
+for p in "${packages[@]}"; do
+  go test -modfile "$work/go.mod" -c -o "$work/$p.test" "${import[$p]}"
+done
+
+pids=()
+for spec in "${specs[@]}"; do
+  name=${spec%%=*}
+  IFS=: read -r binary members chosen <<<"${spec#*=}"
+  for p in ${chosen//,/ }; do
+    (cd "$work" && STORAGE_SUITE_SERVER="$binary" STORAGE_SUITE_MEMBERS="$members" \
+      go tool test2json -t "./$p.test" -test.v -test.timeout 25m \
+      > "results/$name.$p.json" 2>&1 || true) &
+    pids+=($!)
+  done
+done
+wait "${pids[@]}"
+python3 "$here/summarize.py" "$work/results" "${specs[@]}"

@@ -1,0 +1,211 @@
+// Package testserver stands in for k8s.io/apiserver's embedded-etcd test server, so that
+// Kubernetes' own storage tests (pkg/storage/etcd3, built on pkg/storage/testing) run against
+// real server processes: Concord, or a reference etcd binary for comparison.
+//
+// run.sh compiles it over apiserver's pkg/storage/etcd3/testserver/test_server.go with
+// `go test -overlay`, so the Kubernetes tests themselves are unchanged. It keeps that file's
+// API (NewTestConfig, RunEtcd) and, like it, gives every test a fresh server (here: fresh
+// processes with their own data directories and ports), stopped when the test ends.
+//
+// The environment chooses the server:
+//   - STORAGE_SUITE_SERVER: the server binary (Concord or etcd; both take etcd's flags).
+//   - STORAGE_SUITE_MEMBERS: how many members to start (default 1).
+package testserver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/kubernetes"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	storagetesting "k8s.io/apiserver/pkg/storage/testing"
+)
+
+// NewTestConfig returns the settings a test may adjust before RunEtcd. Of them, the server
+// processes honour the watch progress-notify interval, the backend quota and the request size
+// limit.
+func NewTestConfig(t testing.TB) *embed.Config {
+	cfg := embed.NewConfig()
+	cfg.Dir = t.TempDir()
+	return cfg
+}
+
+// portLock keeps two tests from picking the same free ports before either server binds them.
+var portLock sync.Mutex
+
+// RunEtcd starts the server chosen by the environment (with cfg's settings, or the defaults
+// when cfg is nil), waits until every member serves linearizable reads, and returns a client
+// of all its members wrapped in the storage tests' call recorders. The processes are stopped
+// when the test ends; their logs are shown if it failed.
+func RunEtcd(t testing.TB, cfg *embed.Config) *kubernetes.Client {
+	t.Helper()
+	if cfg == nil {
+		cfg = NewTestConfig(t)
+	}
+	binary := os.Getenv("STORAGE_SUITE_SERVER")
+	if binary == "" {
+		t.Fatal("STORAGE_SUITE_SERVER (the server binary to test) is not set")
+	}
+	members := 1
+	if n := os.Getenv("STORAGE_SUITE_MEMBERS"); n != "" {
+		var err error
+		if members, err = strconv.Atoi(n); err != nil || members < 1 {
+			t.Fatalf("STORAGE_SUITE_MEMBERS=%q is not a member count", n)
+		}
+	}
+
+	portLock.Lock()
+	defer portLock.Unlock()
+	ports := freePorts(t, 2*members)
+	var peers, clients []string
+	for i := 0; i < members; i++ {
+		clients = append(clients, "http://127.0.0.1:"+strconv.Itoa(ports[2*i]))
+		peers = append(peers, fmt.Sprintf("m%d=http://127.0.0.1:%d", i, ports[2*i+1]))
+	}
+	for i := 0; i < members; i++ {
+		startMember(t, binary, cfg, i, clients[i], strings.Join(peers, ","))
+	}
+
+	client, err := kubernetes.New(clientv3.Config{
+		Endpoints:   clients,
+		DialTimeout: 10 * time.Second,
+		Logger:      zaptest.NewLogger(t, zaptest.Level(zapcore.ErrorLevel)).Named("etcd-client"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	waitServing(t, client.Client, clients)
+
+	recorder := storagetesting.NewKubernetesRecorder(client.Kubernetes)
+	client.KV = storagetesting.NewKVRecorder(client.KV, recorder)
+	client.Kubernetes = recorder
+	return client
+}
+
+// startMember starts member i of the cluster `peers` with its own data directory and log file.
+func startMember(t testing.TB, binary string, cfg *embed.Config, i int, clientURL, peers string) {
+	t.Helper()
+	name := fmt.Sprintf("m%d", i)
+	peerURL := strings.TrimPrefix(strings.Split(peers, ",")[i], name+"=")
+	args := []string{
+		"--name", name,
+		"--data-dir", filepath.Join(cfg.Dir, name),
+		"--listen-client-urls", clientURL,
+		"--advertise-client-urls", clientURL,
+		"--listen-peer-urls", peerURL,
+		"--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", peers,
+		"--initial-cluster-state", "new",
+		"--initial-cluster-token", "storage-suite",
+		"--log-level", "warn",
+	}
+	if d := cfg.WatchProgressNotifyInterval; d > 0 {
+		args = append(args, "--experimental-watch-progress-notify-interval", d.String())
+	}
+	if q := cfg.QuotaBackendBytes; q > 0 {
+		args = append(args, "--quota-backend-bytes", strconv.FormatInt(q, 10))
+	}
+	if m := cfg.MaxRequestBytes; m > 0 && m != embed.DefaultMaxRequestBytes {
+		args = append(args, "--max-request-bytes", strconv.FormatUint(uint64(m), 10))
+	}
+	logPath := filepath.Join(cfg.Dir, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", binary, err)
+	}
+	t.Cleanup(func() {
+		stop(cmd)
+		_ = logFile.Close()
+		if t.Failed() {
+			showLogTail(t, name, logPath)
+		}
+	})
+}
+
+// stop ends a member with SIGTERM, and with SIGKILL if it is still running after 10 s.
+func stop(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// waitServing waits (up to 60 s) until each endpoint answers a linearizable read, so that a
+// leader exists and every member has joined it.
+func waitServing(t testing.TB, client *clientv3.Client, endpoints []string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for _, ep := range endpoints {
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err := client.Status(ctx, ep)
+			if err == nil {
+				_, err = client.Get(ctx, "storage-suite-ready")
+			}
+			cancel()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not serve within 60 s: %v", ep, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// freePorts returns n TCP ports that were free a moment ago.
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ports []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("no free port: %v", err)
+		}
+		defer func() { _ = l.Close() }()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
+}
+
+// showLogTail logs the last 40 lines of a member's log.
+func showLogTail(t testing.TB, name, path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
+	}
+	t.Logf("last lines of %s's log:\n%s", name, strings.Join(lines, "\n"))
+}
