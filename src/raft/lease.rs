@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::lease::{Lessor, Renewal};
 use crate::pb::etcdserverpb::{
     LeaseCheckpoint, LeaseCheckpointRequest, LeaseKeepAliveRequest, LeaseRevokeRequest,
-    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
+    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, ResponseHeader,
 };
 
 /// How often the leader looks for expired leases.
@@ -151,7 +151,12 @@ impl RaftNode {
             .remaining(req.id)
             .map_or(resume_ttl, |d| d.as_secs() as i64);
         Ok(LeaseTimeToLiveResponse {
-            header: None,
+            // The leader's revision: a follower that forwarded the request may not have applied
+            // the latest writes yet, and etcd answers with the leader's.
+            header: Some(ResponseHeader {
+                revision: self.mvcc.current_revision(),
+                ..Default::default()
+            }),
             id: req.id,
             ttl: remaining,
             granted_ttl,

@@ -156,7 +156,12 @@ impl Lease for LeaseService {
             },
             Err(e) => return Err(status(e)),
         };
-        resp.header = current_header(node);
+        // As etcd: the answering leader's revision, this member's ids and term.
+        if resp.header.as_ref().is_some_and(|h| h.revision != 0) {
+            fill_header(node, &mut resp.header);
+        } else {
+            resp.header = current_header(node);
+        }
         Ok(Response::new(resp))
     }
 

@@ -2,9 +2,10 @@
 //!
 //! Per stream, a receive task handles create/cancel/progress requests, and the response stream
 //! itself turns hub messages into `WatchResponse`s (filling headers, looking up `prev_kv`,
-//! fragmenting) when the connection polls it: no task or channel between the hub and HTTP/2. Streams opened with `hasleader` end with `etcdserver: no leader` when
-//! the member loses its leader; every stream ends with `etcdserver: server stopped` on shutdown,
-//! so clients resume elsewhere from the last revision they saw.
+//! fragmenting) when the connection polls it: no task or channel between the hub and HTTP/2.
+//! Streams opened with `hasleader` end with `etcdserver: no leader` when the member has had no
+//! leader for three election timeouts, as etcd's; every stream ends with `etcdserver: server
+//! stopped` on shutdown, so clients resume elsewhere from the last revision they saw.
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
@@ -271,14 +272,23 @@ struct Outgoing {
     /// Fragments of a message not yet sent.
     pending: VecDeque<WatchResponse>,
     leader_check: Option<tokio::time::Interval>,
+    /// Consecutive leader checks that found no leader.
+    leaderless: u32,
     stop: watch::Receiver<bool>,
     /// Set once the closing error is out: the next poll ends the stream.
     ended: bool,
     _open: StreamGauge,
 }
 
+/// Election timeouts in a row without a leader after which a `hasleader` stream ends, as etcd's
+/// (`maxNoLeaderCnt`): a new leader is usually elected sooner, and a watch that lives through
+/// the election costs its client nothing, where a restarted one costs a new stream (and, for
+/// kube-apiserver, a watch-cache restart). New streams are refused at once without a leader.
+const NO_LEADER_CHECKS: u32 = 3;
+
 /// The responses of one stream: hub messages turned into responses until the stream ends, the
-/// member loses its leader (for `hasleader` streams) or the server stops.
+/// member loses its leader for [`NO_LEADER_CHECKS`] election timeouts (for `hasleader` streams)
+/// or the server stops.
 fn responses(
     node: Arc<RaftNode>,
     rx: mpsc::Receiver<StreamMsg>,
@@ -287,7 +297,11 @@ fn responses(
 ) -> WatchOut {
     metrics::WATCH_STREAMS.fetch_add(1, Ordering::Relaxed);
     let state = Outgoing {
-        leader_check: needs_leader.then(|| tokio::time::interval(node.election_timeout())),
+        leader_check: needs_leader.then(|| {
+            let every = node.election_timeout();
+            tokio::time::interval_at(tokio::time::Instant::now() + every, every)
+        }),
+        leaderless: 0,
         node,
         rx,
         pending: VecDeque::new(),
@@ -313,7 +327,8 @@ fn responses(
                     continue;
                 }
                 _ = tick(&mut s.leader_check) => {
-                    if s.node.leader().is_some() {
+                    s.leaderless = if s.node.leader().is_some() { 0 } else { s.leaderless + 1 };
+                    if s.leaderless < NO_LEADER_CHECKS {
                         continue;
                     }
                     Error::NoLeader

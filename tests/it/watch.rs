@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
-use crate::cluster::{put, Cluster, TestResult};
+use crate::cluster::{put, put_retrying, Cluster, TestResult};
 
 /// One watch stream.
 struct Conn {
@@ -595,6 +595,42 @@ async fn a_hasleader_watch_ends_with_no_leader_on_a_minority() -> TestResult {
     assert_eq!(
         (err.code(), err.message()),
         (tonic::Code::Unavailable, "etcdserver: no leader")
+    );
+    Ok(())
+}
+
+/// As etcd's: a `hasleader` stream on a member that lost its leader lives on while a new one is
+/// elected (etcd ends such streams only after three election timeouts without a leader), so
+/// its watches see the writes made after the election with no restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hasleader_watch_lives_through_the_election_of_a_new_leader() -> TestResult {
+    let mut c = Cluster::start(3)?;
+    let leader = c.wait_leader(Duration::from_secs(20)).await?;
+    let follower = (leader + 1) % 3;
+    let (tx, req_rx) = mpsc::channel(4);
+    let mut client = WatchClient::connect(c.client_url(follower)?).await?;
+    let mut req = tonic::Request::new(ReceiverStream::new(req_rx));
+    req.metadata_mut().insert(
+        "hasleader",
+        tonic::metadata::MetadataValue::from_static("true"),
+    );
+    let mut rx = client.watch(req).await?.into_inner();
+    tx.send(WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(watch_key("after"))),
+    })
+    .await?;
+    assert!(rx.message().await?.is_some_and(|r| r.created));
+    c.kill(leader)?;
+    let rev = put_retrying(&c, "after", "v").await?;
+    let resp = tokio::time::timeout(Duration::from_secs(20), rx.message())
+        .await??
+        .ok_or("the stream ended")?;
+    assert_eq!(
+        resp.events
+            .first()
+            .and_then(|e| e.kv.as_ref())
+            .map(|kv| kv.mod_revision),
+        Some(rev)
     );
     Ok(())
 }
