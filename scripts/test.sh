@@ -26,7 +26,7 @@ cargo test -- --test-threads 2
 # Kubernetes' storage tests mostly wait (every test starts fresh servers): they run in the
 # background while the etcdctl tests below do, and are waited for before the fault suite.
 step "Kubernetes storage tests started"
-setsid k8s-tests/storage/run.sh concord-1=target/debug/concord concord-3=target/debug/concord:3:etcd3,largeobjects \
+setsid k8s-tests/storage/run.sh concord-1=target/debug/concord concord-3=target/debug/concord:3:etcd3,largeobjects,controlplane \
   etcd-3.6="$ref/../etcd-3.6/etcd" > target/k8s-storage.log 2>&1 &
 storage=$!
 # If a step below fails, its servers and tests go too (setsid made it a process group).

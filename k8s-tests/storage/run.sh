@@ -3,12 +3,12 @@
 # and watcher kube-apiserver uses, driven by the generic suite in pkg/storage/testing) and
 # pkg/storage/cacher (the watch cache on top of it) -- against server processes instead of the
 # embedded etcd the tests normally start: Concord and reference etcd, same tests, same run. Also
-# runs largeobjects/, ours.
+# runs ours, largeobjects/ and controlplane/.
 #
 #   k8s-tests/storage/run.sh [--work DIR] NAME=BINARY[:MEMBERS[:PACKAGE,...]] ...
 #
 # e.g. concord-1=target/debug/concord concord-3=target/debug/concord:3:etcd3 etcd-3.6=PATH/etcd.
-# PACKAGEs are etcd3, cacher and largeobjects (default: all three). Every test gets a fresh
+# PACKAGEs are etcd3, cacher, largeobjects and controlplane (default: all). Every test gets a fresh
 # cluster of MEMBERS (default 1) processes of BINARY; see
 # testserver/test_server.go, which is compiled over apiserver's test server (the Kubernetes
 # tests themselves are unchanged). All servers run at once (the tests mostly wait). Fails if a
@@ -21,14 +21,16 @@ if [[ "${1:-}" == --work ]]; then work="$2"; shift 2; fi
 mkdir -p "$work"
 work=$(realpath "$work")
 [[ $# -gt 0 ]] || { echo "usage: $0 [--work DIR] NAME=BINARY[:MEMBERS[:PACKAGE,...]] ..." >&2; exit 2; }
-# Test packages: apiserver's two storage packages, and ours (large objects on a shared
-# connection, the defect kube-apiserver once met).
+# Test packages: apiserver's two storage packages, and ours: large objects on a shared
+# connection (the defect kube-apiserver once met), and several apiservers on one cluster, a
+# leader kill under a list+watch, and the Go client's concurrency recipes (controlplane).
 declare -A import=(
   [etcd3]=k8s.io/apiserver/pkg/storage/etcd3
   [cacher]=k8s.io/apiserver/pkg/storage/cacher
   [largeobjects]=./largeobjects
+  [controlplane]=./controlplane
 )
-packages=(etcd3 cacher largeobjects)
+packages=(etcd3 cacher largeobjects controlplane)
 
 # Server binaries as absolute paths, before leaving the caller's directory.
 specs=()

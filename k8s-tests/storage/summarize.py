@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-PACKAGES = ("etcd3", "cacher", "largeobjects")
+PACKAGES = ("etcd3", "cacher", "largeobjects", "controlplane")
 RANGE_STREAM_MISSING = ("unknown method RangeStream", "expected the list to be served by RangeStream")
 # What kube-apiserver's feature checker logs (and its watch cache answers) for an etcd older than 3.5.13 (3.4.31), whose
 # progress notifications it cannot trust (etcd issues 15220, 17507): its watch cache then needs

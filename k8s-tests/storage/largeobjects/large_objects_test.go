@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"concord.local/k8s-storage/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"k8s.io/apiserver/pkg/storage/etcd3/testserver"
 )
 
 const (

@@ -2,10 +2,12 @@
 // Kubernetes' own storage tests (pkg/storage/etcd3, built on pkg/storage/testing) run against
 // real server processes: Concord, or a reference etcd binary for comparison.
 //
-// run.sh compiles it over apiserver's pkg/storage/etcd3/testserver/test_server.go with
-// `go test -overlay`, so the Kubernetes tests themselves are unchanged. It keeps that file's
-// API (NewTestConfig, RunEtcd) and, like it, gives every test a fresh server (here: fresh
-// processes with their own data directories and ports), stopped when the test ends.
+// run.sh compiles it in place of apiserver's pkg/storage/etcd3/testserver/test_server.go (in a
+// copy of the apiserver module), so the Kubernetes tests themselves are unchanged. It keeps that
+// file's API (NewTestConfig, RunEtcd) and, like it, gives every test a fresh server (here: fresh
+// processes with their own data directories and ports), stopped when the test ends. Our own
+// tests (largeobjects, controlplane) use it under its own import path, with StartCluster for a
+// handle on the processes.
 //
 // The environment chooses the server:
 //   - STORAGE_SUITE_SERVER: the server binary (Concord or etcd; both take etcd's flags).
@@ -46,11 +48,30 @@ func NewTestConfig(t testing.TB) *embed.Config {
 // portLock keeps two tests from picking the same free ports before either server binds them.
 var portLock sync.Mutex
 
+// Cluster is a running cluster of server processes, stopped when its test ends.
+type Cluster struct {
+	// Endpoints are the members' client URLs, member i's at index i.
+	Endpoints []string
+	members   []*exec.Cmd
+}
+
 // RunEtcd starts the server chosen by the environment (with cfg's settings, or the defaults
 // when cfg is nil), waits until every member serves linearizable reads, and returns a client
 // of all its members wrapped in the storage tests' call recorders. The processes are stopped
 // when the test ends; their logs are shown if it failed.
 func RunEtcd(t testing.TB, cfg *embed.Config) *kubernetes.Client {
+	t.Helper()
+	cluster := StartCluster(t, cfg)
+	client := cluster.Client(t)
+	recorder := storagetesting.NewKubernetesRecorder(client.Kubernetes)
+	client.KV = storagetesting.NewKVRecorder(client.KV, recorder)
+	client.Kubernetes = recorder
+	return client
+}
+
+// StartCluster starts the server chosen by the environment, as RunEtcd does, and waits until
+// every member serves linearizable reads.
+func StartCluster(t testing.TB, cfg *embed.Config) *Cluster {
 	t.Helper()
 	if cfg == nil {
 		cfg = NewTestConfig(t)
@@ -59,28 +80,56 @@ func RunEtcd(t testing.TB, cfg *embed.Config) *kubernetes.Client {
 	if binary == "" {
 		t.Fatal("STORAGE_SUITE_SERVER (the server binary to test) is not set")
 	}
-	members := 1
-	if n := os.Getenv("STORAGE_SUITE_MEMBERS"); n != "" {
-		var err error
-		if members, err = strconv.Atoi(n); err != nil || members < 1 {
-			t.Fatalf("STORAGE_SUITE_MEMBERS=%q is not a member count", n)
-		}
-	}
+	members := Members(t)
 
 	portLock.Lock()
 	defer portLock.Unlock()
 	ports := freePorts(t, 2*members)
-	var peers, clients []string
+	var peers []string
+	cluster := &Cluster{}
 	for i := 0; i < members; i++ {
-		clients = append(clients, "http://127.0.0.1:"+strconv.Itoa(ports[2*i]))
+		cluster.Endpoints = append(cluster.Endpoints, "http://127.0.0.1:"+strconv.Itoa(ports[2*i]))
 		peers = append(peers, fmt.Sprintf("m%d=http://127.0.0.1:%d", i, ports[2*i+1]))
 	}
 	for i := 0; i < members; i++ {
-		startMember(t, binary, cfg, i, clients[i], strings.Join(peers, ","))
+		cmd := startMember(t, binary, cfg, i, cluster.Endpoints[i], strings.Join(peers, ","))
+		cluster.members = append(cluster.members, cmd)
 	}
+	client := cluster.Client(t)
+	waitServing(t, client.Client, cluster.Endpoints)
+	return cluster
+}
 
+// Members is the member count the environment asks for (STORAGE_SUITE_MEMBERS, default 1).
+func Members(t testing.TB) int {
+	n := os.Getenv("STORAGE_SUITE_MEMBERS")
+	if n == "" {
+		return 1
+	}
+	members, err := strconv.Atoi(n)
+	if err != nil || members < 1 {
+		t.Fatalf("STORAGE_SUITE_MEMBERS=%q is not a member count", n)
+	}
+	return members
+}
+
+// Client returns a new client of every member (closed when the test ends), as kube-apiserver
+// makes one.
+func (c *Cluster) Client(t testing.TB) *kubernetes.Client {
+	t.Helper()
+	return c.clientOf(t, c.Endpoints)
+}
+
+// MemberClient returns a new client of member i alone (closed when the test ends).
+func (c *Cluster) MemberClient(t testing.TB, i int) *kubernetes.Client {
+	t.Helper()
+	return c.clientOf(t, c.Endpoints[i:i+1])
+}
+
+func (c *Cluster) clientOf(t testing.TB, endpoints []string) *kubernetes.Client {
+	t.Helper()
 	client, err := kubernetes.New(clientv3.Config{
-		Endpoints:   clients,
+		Endpoints:   endpoints,
 		DialTimeout: 10 * time.Second,
 		Logger:      zaptest.NewLogger(t, zaptest.Level(zapcore.ErrorLevel)).Named("etcd-client"),
 	})
@@ -88,16 +137,17 @@ func RunEtcd(t testing.TB, cfg *embed.Config) *kubernetes.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	waitServing(t, client.Client, clients)
-
-	recorder := storagetesting.NewKubernetesRecorder(client.Kubernetes)
-	client.KV = storagetesting.NewKVRecorder(client.KV, recorder)
-	client.Kubernetes = recorder
 	return client
 }
 
+// Kill ends member i with SIGKILL and waits for it to exit.
+func (c *Cluster) Kill(i int) {
+	_ = c.members[i].Process.Kill()
+	_ = c.members[i].Wait()
+}
+
 // startMember starts member i of the cluster `peers` with its own data directory and log file.
-func startMember(t testing.TB, binary string, cfg *embed.Config, i int, clientURL, peers string) {
+func startMember(t testing.TB, binary string, cfg *embed.Config, i int, clientURL, peers string) *exec.Cmd {
 	t.Helper()
 	name := fmt.Sprintf("m%d", i)
 	peerURL := strings.TrimPrefix(strings.Split(peers, ",")[i], name+"=")
@@ -140,6 +190,7 @@ func startMember(t testing.TB, binary string, cfg *embed.Config, i int, clientUR
 			showLogTail(t, name, logPath)
 		}
 	})
+	return cmd
 }
 
 // stop ends a member with SIGTERM, and with SIGKILL if it is still running after 10 s.
