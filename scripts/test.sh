@@ -7,8 +7,9 @@
 # suite's failover check and short mode (every fault kind against a 3-member cluster in network
 # namespaces; needs root), and the Helm chart (linted, schema-checked, and the pods it renders
 # run as processes), and Kubernetes' own storage tests (k8s.io/apiserver's etcd3 store and watch
-# cache) against Concord on one and three members and reference etcd 3.6. Installs what it
-# needs by itself (Go must be there: it builds etcd 3.6 and the Kubernetes tests).
+# cache) against Concord on one and three members and reference etcd 3.6, and a real
+# kube-apiserver on three members when it has been built. Installs what it needs by itself (Go
+# must be there: it builds etcd 3.6 and the Kubernetes tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$SECONDS
@@ -26,8 +27,10 @@ cargo test -- --test-threads 2
 # Kubernetes' storage tests mostly wait (every test starts fresh servers): they run in the
 # background while the etcdctl tests below do, and are waited for before the fault suite.
 step "Kubernetes storage tests started"
-setsid k8s-tests/storage/run.sh concord-1=target/debug/concord concord-3=target/debug/concord:3:etcd3,largeobjects,controlplane \
-  etcd-3.6="$ref/../etcd-3.6/etcd" > target/k8s-storage.log 2>&1 &
+# (The watch cache's tests run on etcd 3.6 too by hand: README, "Kubernetes' own storage tests".)
+setsid k8s-tests/storage/run.sh concord-1=target/debug/concord \
+  concord-3=target/debug/concord:3:etcd3,largeobjects,controlplane \
+  etcd-3.6="$ref/../etcd-3.6/etcd":1:etcd3,largeobjects,controlplane > target/k8s-storage.log 2>&1 &
 storage=$!
 # If a step below fails, its servers and tests go too (setsid made it a process group).
 trap 'kill -- -"$storage" 2>/dev/null || true' EXIT
@@ -54,6 +57,10 @@ if ! wait "$storage"; then
 fi
 trap - EXIT
 sed -n '/^| server/,$p' target/k8s-storage.log
+# A real kube-apiserver 1.37 on three members over TLS, driven with kubectl (when it is built:
+# k8s-tests/apiserver/build.sh, ~7 min once per machine).
+step "kube-apiserver on Concord"
+k8s-tests/apiserver/run.sh target/debug/concord
 step "fault suite"
 # Failover: a SIGSTOPped or partitioned-away leader is replaced (and writes succeed on the other
 # members) while it is still silent; a follower back from a partition does not depose the leader.
