@@ -50,6 +50,8 @@ python3 etcdctl-tests/opstest.py --server target/debug/concord --etcd-dir "$ref"
 # on a debug build, see benches/RESULTS.md for real ones).
 python3 benches/compare.py --smoke --etcd-dir "$ref" --concord target/debug/concord --bench target/debug/concord-bench
 python3 benches/compare.py --smoke --auth --etcd-dir "$ref" --concord target/debug/concord --bench target/debug/concord-bench
+(cd benches/controlplane && go run . --server concord=../../target/debug/concord \
+  --server etcd-3.6="$ref/../etcd-3.6/etcd" --objects 500 --duration 2s --watches 10 --update-rate 20)
 step "waiting for the Kubernetes storage tests"
 if ! wait "$storage"; then
   tail -n 200 target/k8s-storage.log
