@@ -560,13 +560,15 @@ async fn progress_waits_for_catch_up_and_notifications_are_periodic() -> TestRes
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hasleader_watch_ends_with_no_leader_on_a_minority() -> TestResult {
-    let mut c = Cluster::start(3)?;
-    let leader = c.wait_leader(Duration::from_secs(20)).await?;
-    let follower = (leader + 1) % 3;
+/// Opens a watch stream with `hasleader` on `member` and creates a watch of `key` on it;
+/// returns the request sender (the stream lives as long as it does) and the responses.
+async fn hasleader_watch(
+    c: &Cluster,
+    member: usize,
+    key: &str,
+) -> TestResult<(mpsc::Sender<WatchRequest>, Streaming<WatchResponse>)> {
     let (tx, req_rx) = mpsc::channel(4);
-    let mut client = WatchClient::connect(c.client_url(follower)?).await?;
+    let mut client = WatchClient::connect(c.client_url(member)?).await?;
     let mut req = tonic::Request::new(ReceiverStream::new(req_rx));
     req.metadata_mut().insert(
         "hasleader",
@@ -574,10 +576,19 @@ async fn a_hasleader_watch_ends_with_no_leader_on_a_minority() -> TestResult {
     );
     let mut rx = client.watch(req).await?.into_inner();
     tx.send(WatchRequest {
-        request_union: Some(RequestUnion::CreateRequest(watch_key("x"))),
+        request_union: Some(RequestUnion::CreateRequest(watch_key(key))),
     })
     .await?;
     assert!(rx.message().await?.is_some_and(|r| r.created));
+    Ok((tx, rx))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hasleader_watch_ends_with_no_leader_on_a_minority() -> TestResult {
+    let mut c = Cluster::start(3)?;
+    let leader = c.wait_leader(Duration::from_secs(20)).await?;
+    let follower = (leader + 1) % 3;
+    let (_tx, mut rx) = hasleader_watch(&c, follower, "x").await?;
     // Leave the follower alone.
     c.kill(leader)?;
     c.kill((leader + 2) % 3)?;
@@ -607,19 +618,7 @@ async fn a_hasleader_watch_lives_through_the_election_of_a_new_leader() -> TestR
     let mut c = Cluster::start(3)?;
     let leader = c.wait_leader(Duration::from_secs(20)).await?;
     let follower = (leader + 1) % 3;
-    let (tx, req_rx) = mpsc::channel(4);
-    let mut client = WatchClient::connect(c.client_url(follower)?).await?;
-    let mut req = tonic::Request::new(ReceiverStream::new(req_rx));
-    req.metadata_mut().insert(
-        "hasleader",
-        tonic::metadata::MetadataValue::from_static("true"),
-    );
-    let mut rx = client.watch(req).await?.into_inner();
-    tx.send(WatchRequest {
-        request_union: Some(RequestUnion::CreateRequest(watch_key("after"))),
-    })
-    .await?;
-    assert!(rx.message().await?.is_some_and(|r| r.created));
+    let (_tx, mut rx) = hasleader_watch(&c, follower, "after").await?;
     c.kill(leader)?;
     let rev = put_retrying(&c, "after", "v").await?;
     let resp = tokio::time::timeout(Duration::from_secs(20), rx.message())

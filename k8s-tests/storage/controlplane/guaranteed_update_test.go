@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,27 +35,16 @@ func TestGuaranteedUpdateFromFourAPIServers(t *testing.T) {
 		}
 	}
 
-	var wg sync.WaitGroup
-	errs := make(chan error, servers)
-	for _, api := range apis {
-		wg.Add(1)
-		go func(api *apiServer) {
-			defer wg.Done()
-			for n := 0; n < increments; n++ {
-				for p := 0; p < pods; p++ {
-					if err := increment(ctx, api.store, podKey(p)); err != nil {
-						errs <- err
-						return
-					}
+	concurrently(t, servers, func(i int) error {
+		for n := 0; n < increments; n++ {
+			for p := 0; p < pods; p++ {
+				if err := increment(ctx, apis[i].store, podKey(p)); err != nil {
+					return err
 				}
 			}
-		}(api)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+		}
+		return nil
+	})
 	for p := 0; p < pods; p++ {
 		got := &example.Pod{}
 		if err := apis[1].store.Get(ctx, podKey(p), storage.GetOptions{}, got); err != nil {

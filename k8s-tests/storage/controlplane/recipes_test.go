@@ -26,49 +26,38 @@ func TestMutexRecipe(t *testing.T) {
 
 	var mu sync.Mutex
 	var tokens []int64
-	var wg sync.WaitGroup
-	errs := make(chan error, sessions)
-	for s := 0; s < sessions; s++ {
-		client := cluster.Client(t).Client
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			session, err := concurrency.NewSession(client, concurrency.WithTTL(10))
-			if err != nil {
-				errs <- err
-				return
-			}
-			defer func() { _ = session.Close() }()
-			m := concurrency.NewMutex(session, "/locks/counter")
-			for r := 0; r < rounds; r++ {
-				if err := m.Lock(ctx); err != nil {
-					errs <- err
-					return
-				}
-				held, err := client.Get(ctx, m.Key())
-				if err != nil || len(held.Kvs) != 1 {
-					errs <- fmt.Errorf("the held lock key %s: %v %v", m.Key(), held, err)
-					return
-				}
-				mu.Lock()
-				tokens = append(tokens, held.Kvs[0].CreateRevision)
-				mu.Unlock()
-				if err := addOne(ctx, client, "/counter"); err != nil {
-					errs <- err
-					return
-				}
-				if err := m.Unlock(ctx); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
+	clients := make([]*clientv3.Client, sessions)
+	for i := range clients {
+		clients[i] = cluster.Client(t).Client
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	concurrently(t, sessions, func(i int) error {
+		client := clients[i]
+		session, err := concurrency.NewSession(client, concurrency.WithTTL(10))
+		if err != nil {
+			return err
+		}
+		defer func() { _ = session.Close() }()
+		m := concurrency.NewMutex(session, "/locks/counter")
+		for r := 0; r < rounds; r++ {
+			if err := m.Lock(ctx); err != nil {
+				return err
+			}
+			held, err := client.Get(ctx, m.Key())
+			if err != nil || len(held.Kvs) != 1 {
+				return fmt.Errorf("the held lock key %s: %v %v", m.Key(), held, err)
+			}
+			mu.Lock()
+			tokens = append(tokens, held.Kvs[0].CreateRevision)
+			mu.Unlock()
+			if err := addOne(ctx, client, "/counter"); err != nil {
+				return err
+			}
+			if err := m.Unlock(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	client := cluster.Client(t).Client
 	resp, err := client.Get(ctx, "/counter")
 	if err != nil {
@@ -195,42 +184,34 @@ func TestSTMRecipe(t *testing.T) {
 		}
 	}
 
-	var wg sync.WaitGroup
-	errs := make(chan error, movers)
-	for m := 0; m < movers; m++ {
-		client := cluster.MemberClient(t, m%len(cluster.Endpoints)).Client
+	clients := make([]*clientv3.Client, movers)
+	for m := range clients {
+		clients[m] = cluster.MemberClient(t, m%len(cluster.Endpoints)).Client
+	}
+	concurrently(t, movers, func(m int) error {
 		rng := rand.New(rand.NewSource(int64(m)))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < moves; i++ {
-				from, to := rng.Intn(accounts), rng.Intn(accounts)
-				_, err := concurrency.NewSTM(client, func(stm concurrency.STM) error {
-					a, errA := strconv.Atoi(stm.Get(account(from)))
-					b, errB := strconv.Atoi(stm.Get(account(to)))
-					if errA != nil || errB != nil {
-						return fmt.Errorf("unreadable balance: %v %v", errA, errB)
-					}
-					if from == to || a == 0 {
-						return nil
-					}
-					amount := 1 + rng.Intn(a)
-					stm.Put(account(from), strconv.Itoa(a-amount))
-					stm.Put(account(to), strconv.Itoa(b+amount))
-					return nil
-				}, concurrency.WithIsolation(concurrency.Serializable), concurrency.WithAbortContext(ctx))
-				if err != nil {
-					errs <- err
-					return
+		for i := 0; i < moves; i++ {
+			from, to := rng.Intn(accounts), rng.Intn(accounts)
+			_, err := concurrency.NewSTM(clients[m], func(stm concurrency.STM) error {
+				a, errA := strconv.Atoi(stm.Get(account(from)))
+				b, errB := strconv.Atoi(stm.Get(account(to)))
+				if errA != nil || errB != nil {
+					return fmt.Errorf("unreadable balance: %v %v", errA, errB)
 				}
+				if from == to || a == 0 {
+					return nil
+				}
+				amount := 1 + rng.Intn(a)
+				stm.Put(account(from), strconv.Itoa(a-amount))
+				stm.Put(account(to), strconv.Itoa(b+amount))
+				return nil
+			}, concurrency.WithIsolation(concurrency.Serializable), concurrency.WithAbortContext(ctx))
+			if err != nil {
+				return err
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+		}
+		return nil
+	})
 	resp, err := setup.Get(ctx, "/accounts/", clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@
 package controlplane
 
 import (
+	"sync"
 	"testing"
 
 	"concord.local/k8s-storage/testserver"
@@ -57,4 +58,24 @@ func newAPIServer(t *testing.T, cluster *testserver.Cluster) *apiServer {
 	}
 	t.Cleanup(store.Close)
 	return &apiServer{client: client, store: store}
+}
+
+// concurrently runs work(0) … work(n-1) at once and fails the test with their errors.
+func concurrently(t *testing.T, n int, work func(i int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			errs[i] = work(i)
+		}(i)
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -95,8 +95,9 @@ func StartCluster(t testing.TB, cfg *embed.Config) *Cluster {
 		cmd := startMember(t, binary, cfg, i, cluster.Endpoints[i], strings.Join(peers, ","))
 		cluster.members = append(cluster.members, cmd)
 	}
-	client := cluster.Client(t)
-	waitServing(t, client.Client, cluster.Endpoints)
+	ready := cluster.Client(t)
+	waitServing(t, ready.Client, cluster.Endpoints)
+	_ = ready.Close() // its connections are of no more use; the test makes its own clients
 	return cluster
 }
 
