@@ -18,6 +18,7 @@
 
 pub mod apply;
 pub mod auth;
+pub mod bbolt;
 pub mod compactor;
 pub mod concurrency;
 pub mod config;

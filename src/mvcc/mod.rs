@@ -23,3 +23,48 @@ pub use range::range;
 pub use revision::Revision;
 pub use store::{KvTxn, MvccStore, ReadTxn};
 pub use write_txn::WriteTxn;
+
+/// The store's records as they lie on disk, for tools that convert them from and to another
+/// format (`concord snapshot` and etcd's database files).
+pub mod disk {
+    use super::records;
+    use crate::pb::mvccpb::KeyValue;
+    use crate::storage::StorageResult;
+
+    /// The record of a change: a put's whole `KeyValue`, or a tombstone (its key and deleting
+    /// revision).
+    pub fn kv_record(tombstone: bool, kv: &KeyValue) -> Vec<u8> {
+        records::encode_record(tombstone, kv).to_vec()
+    }
+
+    /// A stored change: whether it is a tombstone, and its `KeyValue`.
+    ///
+    /// # Errors
+    /// A record that does not decode.
+    pub fn decode_kv_record(bytes: &[u8]) -> StorageResult<(bool, KeyValue)> {
+        records::decode_record(bytes)
+    }
+
+    /// A lease's record: its granted and its checkpointed remaining TTL.
+    pub fn lease_record(ttl: i64, remaining: i64) -> Vec<u8> {
+        records::encode_lease(ttl, remaining)
+    }
+
+    /// A lease record's granted and remaining TTL.
+    pub fn decode_lease_record(bytes: &[u8]) -> Option<(i64, i64)> {
+        records::decode_lease(bytes)
+    }
+
+    /// The meta key recording alarm `alarm` raised by `member`.
+    pub fn alarm_key(member: u64, alarm: i32) -> Vec<u8> {
+        records::alarm_key(member, alarm)
+    }
+
+    /// The member and alarm an alarm key records.
+    ///
+    /// # Errors
+    /// A key of another shape.
+    pub fn decode_alarm_key(key: &[u8]) -> StorageResult<(u64, i32)> {
+        records::decode_alarm_key(key)
+    }
+}

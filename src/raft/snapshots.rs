@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+pub use super::snapshot_file::Record;
 use super::snapshot_file::{self, carried_meta, Meta, Reader};
 use crate::storage::{meta_key, Batch, Space, Storage, View};
 
@@ -283,10 +284,27 @@ impl SnapshotFiles {
 /// A corrupt snapshot, or an I/O or storage failure.
 pub fn restore(storage: &Storage, input: impl io::Read) -> io::Result<(i64, u64)> {
     let (_, mut reader) = Reader::new(input)?;
+    restore_from(storage, |push| {
+        while let Some(r) = reader.next_record()? {
+            push(r)?;
+        }
+        Ok(())
+    })
+}
+
+/// As [`restore`], from the records `produce` hands to the function it is given (another
+/// format's, converted: `concord snapshot restore` of an etcd database).
+///
+/// # Errors
+/// What `produce` returns, or a storage failure.
+pub fn restore_from(
+    storage: &Storage,
+    produce: impl FnOnce(&mut dyn FnMut(Record) -> io::Result<()>) -> io::Result<()>,
+) -> io::Result<(i64, u64)> {
     let mut out = Batches::new(storage);
     let mut revision = 1;
     let mut records = 0;
-    while let Some(r) = reader.next_record()? {
+    produce(&mut |r: Record| {
         let keep = match r.space {
             Space::Kv => {
                 records += 1;
@@ -308,7 +326,8 @@ pub fn restore(storage: &Storage, input: impl io::Read) -> io::Result<(i64, u64)
         if keep {
             out.insert(r.space, &r.key, &r.value)?;
         }
-    }
+        Ok(())
+    })?;
     out.flush()?;
     storage.persist_state()?;
     Ok((revision, records))

@@ -1,16 +1,86 @@
 //! Snapshot files, offline: `concord snapshot restore` builds the data dir of a member of a new
 //! cluster from a file saved with `etcdctl snapshot save` (as `etcdutl snapshot restore` does),
-//! and `concord snapshot status` describes a file. A file is what `Maintenance.Snapshot`
-//! streams: a Raft snapshot of the state followed by its SHA-256.
+//! and `concord snapshot status` describes a file. Two formats are read: Concord's (what its
+//! `Maintenance.Snapshot` streams: a Raft snapshot of the state, padding, its SHA-256) and
+//! etcd's (its bbolt database, with or without the SHA-256 etcd appends: [`etcd`]), so that
+//! etcd's data moves to Concord with every revision kept.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context as _};
 use sha2::{Digest, Sha256};
 
+use crate::bbolt::Db;
 use crate::config;
 use crate::mvcc::MvccStore;
 use crate::storage::Storage;
+
+pub mod etcd;
+
+/// A snapshot file's format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    /// Concord's own.
+    Concord,
+    /// etcd's bbolt database.
+    Etcd,
+}
+
+/// The format of the snapshot file `file`, from its first bytes.
+fn format_of(file: &Path) -> anyhow::Result<Format> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    std::fs::File::open(file)
+        .with_context(|| format!("reading {}", file.display()))?
+        .take(24)
+        .read_to_end(&mut head)?;
+    // bbolt's first page: a meta page (flag 0x04) whose fields start with its magic number.
+    let bbolt = head.get(8..10) == Some(&[4, 0][..])
+        && head.get(16..20) == Some(&crate::bbolt::layout::MAGIC.to_le_bytes()[..]);
+    if bbolt {
+        Ok(Format::Etcd)
+    } else if head.starts_with(b"CSNAP") {
+        Ok(Format::Concord)
+    } else {
+        bail!(
+            "{} is not a snapshot: neither etcd's database (bbolt) nor a Concord snapshot",
+            file.display()
+        )
+    }
+}
+
+/// Whether an etcd snapshot of `size` bytes ends with a SHA-256 (etcdutl's rule: the database
+/// is a whole number of 512-byte sectors, the checksum 32 bytes more).
+fn etcd_has_hash(size: u64) -> bool {
+    size % 512 == 32
+}
+
+/// Opens etcd's database in `file`, after checking the SHA-256 after it (unless `skip_check`).
+fn open_etcd(file: &Path, skip_check: bool) -> anyhow::Result<Db> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(file).with_context(|| format!("reading {}", file.display()))?;
+    let size = f.metadata()?.len();
+    let has_hash = etcd_has_hash(size);
+    if !has_hash && !skip_check {
+        bail!("snapshot missing hash but --skip-hash-check=false");
+    }
+    let len = if has_hash { size - 32 } else { size };
+    if has_hash && !skip_check {
+        let mut hasher = Sha256::new();
+        std::io::copy(&mut (&mut f).take(len), &mut hasher)?;
+        let mut trailer = [0u8; 32];
+        f.read_exact(&mut trailer)?;
+        let got = hasher.finalize();
+        if got[..] != trailer[..] {
+            bail!("expected sha256 {}, got {}", hex(&trailer), hex(&got),);
+        }
+    }
+    Db::open(f, len).with_context(|| format!("reading {}", file.display()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
 
 /// `concord snapshot <command>`.
 #[derive(clap::Parser, Debug)]
@@ -107,7 +177,11 @@ fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
     if data_dir.exists() {
         bail!("data-dir {:?} exists", data_dir.display().to_string());
     }
-    let (file, _) = verified(&args.file, args.skip_hash_check)?;
+    let format = format_of(&args.file)?;
+    let etcd_db = match format {
+        Format::Etcd => Some(open_etcd(&args.file, args.skip_hash_check)?),
+        Format::Concord => None,
+    };
     let cfg = config::Config::for_restore(
         &args.name,
         &args.initial_cluster,
@@ -135,8 +209,16 @@ fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
         .context("creating the data dir")?;
     let revision = {
         let storage = Storage::open(staging.path()).context("creating the data dir")?;
-        let (revision, _) = crate::raft::snapshots::restore(&storage, file)
-            .with_context(|| format!("restoring {}", args.file.display()))?;
+        let (revision, _) = match &etcd_db {
+            Some(db) => crate::raft::snapshots::restore_from(&storage, |push| {
+                etcd::import(db, push).map(|_| ())
+            }),
+            None => {
+                let (file, _) = verified(&args.file, args.skip_hash_check)?;
+                crate::raft::snapshots::restore(&storage, file)
+            }
+        }
+        .with_context(|| format!("restoring {}", args.file.display()))?;
         let founders = members
             .iter()
             .filter_map(|(id, m)| m.peer_urls.first().map(|u| (*id, u.clone())))
@@ -164,6 +246,17 @@ fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
 }
 
 fn status(args: &StatusArgs) -> anyhow::Result<()> {
+    if format_of(&args.file)? == Format::Etcd {
+        let db = open_etcd(&args.file, true)?;
+        let s = etcd::status(&db).with_context(|| format!("reading {}", args.file.display()))?;
+        return print_status(
+            &args.write_out,
+            s.hash,
+            s.revision,
+            s.total_keys,
+            s.total_size,
+        );
+    }
     let (file, size) = verified(&args.file, false)?;
     // Beside the file, not in /tmp (often memory): the state is written out to be hashed.
     let beside = args.file.parent().filter(|p| !p.as_os_str().is_empty());
@@ -173,8 +266,19 @@ fn status(args: &StatusArgs) -> anyhow::Result<()> {
         .with_context(|| format!("reading {}", args.file.display()))?;
     let mvcc = MvccStore::open(storage.clone())?;
     let (hash, _, revision) = mvcc.hash_kv(0).map_err(|e| anyhow!(e))?;
+    print_status(&args.write_out, hash, revision, keys, size)
+}
+
+/// Prints a status line or table as etcdutl does, in format `write_out`.
+fn print_status(
+    write_out: &str,
+    hash: u32,
+    revision: i64,
+    keys: u64,
+    size: u64,
+) -> anyhow::Result<()> {
     let size = size as usize;
-    match args.write_out.as_str() {
+    match write_out {
         "json" => println!(
             r#"{{"hash":{hash},"revision":{revision},"totalKey":{keys},"totalSize":{size}}}"#
         ),
@@ -191,9 +295,10 @@ fn status(args: &StatusArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Bytes as etcdctl prints sizes (`2.1 MB`).
+/// Bytes as etcdctl prints sizes (go-humanize's rule: SI units, a tenth rounded half up, one
+/// decimal below 10, none from 10: `20 kB`, `2.1 MB`).
 fn human(bytes: usize) -> String {
-    let units = ["B", "kB", "MB", "GB", "TB"];
+    let units = ["B", "kB", "MB", "GB", "TB", "PB"];
     let mut value = bytes as f64;
     let mut unit = 0;
     while value >= 1000.0 && unit + 1 < units.len() {
@@ -201,8 +306,33 @@ fn human(bytes: usize) -> String {
         unit += 1;
     }
     if unit == 0 {
-        format!("{bytes} B")
+        return format!("{bytes} B");
+    }
+    let value = (value * 10.0 + 0.5).floor() / 10.0;
+    let unit = units.get(unit).copied().unwrap_or("B");
+    if value < 10.0 {
+        format!("{value:.1} {unit}")
     } else {
-        format!("{value:.1} {}", units.get(unit).copied().unwrap_or("B"))
+        format!("{value:.0} {unit}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_print_as_etcdutl_prints_them() {
+        assert_eq!(human(5), "5 B");
+        assert_eq!(human(999), "999 B");
+        assert_eq!(human(20_480), "20 kB");
+        assert_eq!(human(2_097_152), "2.1 MB");
+        assert_eq!(human(25_165_824), "25 MB");
+    }
+
+    #[test]
+    fn etcd_snapshots_carry_a_hash_when_their_size_says_so() {
+        assert!(etcd_has_hash(20_512));
+        assert!(!etcd_has_hash(20_480));
     }
 }
