@@ -23,6 +23,7 @@ pub mod compactor;
 pub mod concurrency;
 pub mod config;
 pub mod error;
+pub mod etcd_db;
 pub mod lease;
 pub mod metrics;
 pub mod mvcc;

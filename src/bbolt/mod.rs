@@ -9,5 +9,7 @@
 
 pub mod layout;
 pub mod read;
+pub mod write;
 
 pub use read::{Bucket, Db};
+pub use write::Writer;

@@ -45,6 +45,12 @@ pub mod disk {
         records::decode_record(bytes)
     }
 
+    /// Whether a stored change is a tombstone, from its first byte (`None`: an empty record);
+    /// a put's record after that byte is its `KeyValue`, as etcd stores it.
+    pub fn is_tombstone(bytes: &[u8]) -> Option<bool> {
+        records::is_tombstone(bytes)
+    }
+
     /// A lease's record: its granted and its checkpointed remaining TTL.
     pub fn lease_record(ttl: i64, remaining: i64) -> Vec<u8> {
         records::encode_lease(ttl, remaining)

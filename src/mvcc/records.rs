@@ -98,6 +98,11 @@ pub(super) fn decode_as<M: Message + Default>(bytes: &[u8]) -> StorageResult<(bo
     Ok((*tag == TOMBSTONE_TAG, msg))
 }
 
+/// Whether a stored record is a tombstone (`None` for an empty one).
+pub(super) fn is_tombstone(bytes: &[u8]) -> Option<bool> {
+    bytes.first().map(|tag| *tag == TOMBSTONE_TAG)
+}
+
 pub(super) fn decode_record(bytes: &[u8]) -> StorageResult<(bool, KeyValue)> {
     decode_as(bytes)
 }

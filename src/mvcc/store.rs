@@ -145,6 +145,32 @@ impl MvccStore {
         })
     }
 
+    /// A view of the store for a copy in another format (etcd's database, see `etcd_db`), with
+    /// what it needs to leave compacted revisions out: while a compaction's records are still
+    /// being deleted, the revisions at or below the compacted one that it keeps (`None` when no
+    /// compacted record is left on disk, so the view holds only kept ones).
+    ///
+    /// # Errors
+    /// As [`Self::read`].
+    pub fn export_view(
+        &self,
+    ) -> Result<(
+        crate::storage::View,
+        Option<std::collections::HashSet<Revision>>,
+    )> {
+        let txn = self.read()?;
+        // Checked before the view is taken: new leftovers come only with a write, which the
+        // lock keeps out; ones deleted meanwhile are filtered all the same.
+        let kept = (self.garbage.pending() > 0).then(|| {
+            txn.state
+                .index
+                .revisions_through(txn.state.compacted)
+                .into_iter()
+                .collect()
+        });
+        Ok((self.storage.view(), kept))
+    }
+
     /// Starts a write; readers wait for it to commit or drop.
     ///
     /// # Errors

@@ -18,22 +18,33 @@ use crate::storage::{meta_key, Space};
 
 impl RaftNode {
     /// An open snapshot file of the state as applied when called: a consistent point-in-time
-    /// copy of the whole state (the format `concord snapshot restore` reads), written to an
-    /// unlinked file in the data dir and read from disk as it is sent.
+    /// copy of the whole state in etcd's database format (so etcd's tools read and restore it;
+    /// `concord snapshot restore` reads it too), written in one pass to an unlinked file in the
+    /// data dir and read from disk as it is sent.
     ///
     /// # Errors
     /// [`Error::Storage`].
     pub async fn snapshot_file(&self) -> Result<std::fs::File> {
-        // A view taken while no apply runs: its applied index and membership describe it.
-        let view = {
-            let _consistent = self.mvcc.read()?;
-            self.storage.view()
-        };
+        // A view taken while no apply runs: its applied index describes it.
+        let (view, kept) = self.mvcc.export_view()?;
         let snapshots = self.snapshots.clone();
         let made = tokio::task::spawn_blocking(move || {
+            use std::io::Seek;
+            let started = std::time::Instant::now();
             let meta = super::snapshots::meta_of(&view, "maintenance")?;
-            let never = std::sync::atomic::AtomicBool::new(false);
-            snapshots.make(&meta, &view, &never)
+            let applied = meta
+                .last_log_id
+                .map_or((0, 0), |l| (l.index, l.leader_id.term));
+            let file = snapshots.create()?;
+            let (mut file, exported) = crate::etcd_db::export(&view, applied, kept.as_ref(), file)?;
+            file.rewind()?;
+            tracing::info!(
+                bytes = exported.size,
+                revisions = exported.changes,
+                took_ms = started.elapsed().as_millis() as u64,
+                "made etcd database snapshot"
+            );
+            Ok::<_, std::io::Error>(file)
         })
         .await;
         match made {

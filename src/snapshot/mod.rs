@@ -2,7 +2,7 @@
 //! cluster from a file saved with `etcdctl snapshot save` (as `etcdutl snapshot restore` does),
 //! and `concord snapshot status` describes a file. Two formats are read: Concord's (what its
 //! `Maintenance.Snapshot` streams: a Raft snapshot of the state, padding, its SHA-256) and
-//! etcd's (its bbolt database, with or without the SHA-256 etcd appends: [`etcd`]), so that
+//! etcd's (its bbolt database, with or without the SHA-256 etcd appends: [`etcd_db`]), so that
 //! etcd's data moves to Concord with every revision kept.
 
 use std::path::{Path, PathBuf};
@@ -12,10 +12,10 @@ use sha2::{Digest, Sha256};
 
 use crate::bbolt::Db;
 use crate::config;
+use crate::etcd_db;
 use crate::mvcc::MvccStore;
+use crate::raft::snapshots::Record;
 use crate::storage::Storage;
-
-pub mod etcd;
 
 /// A snapshot file's format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -211,7 +211,10 @@ fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
         let storage = Storage::open(staging.path()).context("creating the data dir")?;
         let (revision, _) = match &etcd_db {
             Some(db) => crate::raft::snapshots::restore_from(&storage, |push| {
-                etcd::import(db, push).map(|_| ())
+                etcd_db::import(db, &mut |space, key, value| {
+                    push(Record { space, key, value })
+                })
+                .map(|_| ())
             }),
             None => {
                 let (file, _) = verified(&args.file, args.skip_hash_check)?;
@@ -248,7 +251,7 @@ fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
 fn status(args: &StatusArgs) -> anyhow::Result<()> {
     if format_of(&args.file)? == Format::Etcd {
         let db = open_etcd(&args.file, true)?;
-        let s = etcd::status(&db).with_context(|| format!("reading {}", args.file.display()))?;
+        let s = etcd_db::status(&db).with_context(|| format!("reading {}", args.file.display()))?;
         return print_status(
             &args.write_out,
             s.hash,
