@@ -47,6 +47,9 @@ python3 etcdctl-tests/difftest.py --server target/debug/concord --etcd-dir "$ref
 # Operator commands (member, endpoint, alarm, defrag, snapshot, move-leader) on 3 members each.
 python3 etcdctl-tests/opstest.py --server target/debug/concord --etcd-dir "$ref"
 [[ -x /usr/bin/etcdctl ]] && python3 etcdctl-tests/opstest.py --server target/debug/concord --etcd-dir "$ref" --etcdctl /usr/bin/etcdctl
+# etcd -> Concord -> etcd through etcd's snapshot file, every revision kept (50,000 objects by
+# hand: README, "Migrate from etcd").
+python3 etcdctl-tests/migrate_test.py --server target/debug/concord --etcd-dir "$ref" --objects 5000
 # The load tool and the comparison script still work (one short round; numbers are meaningless
 # on a debug build, see benches/RESULTS.md for real ones).
 python3 benches/compare.py --smoke --etcd-dir "$ref" --concord target/debug/concord --bench target/debug/concord-bench

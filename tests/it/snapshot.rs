@@ -268,7 +268,6 @@ async fn a_snapshot_save_streams_a_large_state_with_little_memory() -> TestResul
         .arg(&path)
         .output()?;
     let status = String::from_utf8_lossy(&status.stdout).into_owned();
-    assert!(status.contains(&format!("\"hash\":{hash}")), "{status}");
     assert!(
         status.contains(&format!("\"revision\":{header_revision}")),
         "{status}"
