@@ -3,7 +3,10 @@
 
 Usage:
   migrate_test.py --server PATH_TO_CONCORD --etcd-dir DIR_WITH_ETCD_ETCDCTL_ETCDUTL
-                  [--objects N] [-v]
+                  [--objects N] [--members N] [-v]
+
+The etcd dir gives the reference etcd and the etcdctl and etcdutl used throughout (etcd 3.5.1's
+release, or etcd 3.6 built by benches/etcd36/build.sh).
 
 One history with everything a migration must carry (puts, overwrites, deletes, a txn, leases
 with keys, a compaction, `/registry/...` objects as kube-apiserver writes them, users, roles and
@@ -12,8 +15,8 @@ Lease ids are chosen by the test, so the two stores must be identical: same revi
 HashKV. Then:
 
   1. etcd -> Concord: `etcdctl snapshot save` from etcd; `concord snapshot status` must print
-     what `etcdutl snapshot status` prints; `concord snapshot restore` builds a 3-member
-     Concord cluster, which must serve what etcd serves.
+     what `etcdutl snapshot status` prints; `concord snapshot restore` builds a Concord
+     cluster (3 members unless --members), which must serve what etcd serves.
   2. Concord -> etcd: `etcdctl snapshot save` from the fresh Concord; `etcdutl snapshot
      status` and `concord snapshot status` must agree; `etcdutl snapshot restore` + etcd must
      serve what Concord serves.
@@ -237,7 +240,10 @@ def compare(label: str, want: Node, got: Node, marks: dict) -> list[str]:
         # Concord, whose API is 3.5.13's) answer, for the compaction hash check.
         if rev > 5:
             check(f"hashkv --rev {rev}", hashkv, rev)
-    check("watch from the compacted revision", watched, 5)
+    # From just after the compacted revision: etcd 3.5.15 and later (3.6 too) keep a tombstone
+    # made at the compacted revision itself and replay it to a watch from there; etcd 3.5.1,
+    # 3.5.13 and Concord drop it with the compaction.
+    check("watch from after the compacted revision", watched, 6)
     check("leases", leases)
     check("auth", auth_state)
     return failures
@@ -272,8 +278,8 @@ def start_restored_etcd(etcd_dir: str, snap: str, work: str, label: str) -> tupl
 
 
 def start_restored_concord(server: str, etcdctl: str, snap: str, work: str,
-                           label: str) -> tuple[Cluster, Node]:
-    c = Cluster(label, server, 3, work)
+                           label: str, members: int) -> tuple[Cluster, Node]:
+    c = Cluster(label, server, members, work)
     initial = ",".join(f"{nm}={c.peer_url(i)}" for i, nm in enumerate(c.names))
     for i, name in enumerate(c.names):
         r = subprocess.run([server, "snapshot", "restore", snap,
@@ -289,7 +295,7 @@ def start_restored_concord(server: str, etcdctl: str, snap: str, work: str,
     for n in nodes:
         n.auth = True
         wait_ready(n, c)
-    return c, nodes[1]
+    return c, nodes[-1]
 
 
 def damaged_files(server: str, snap: str, work: str) -> list[str]:
@@ -338,6 +344,7 @@ def main() -> int:
     ap.add_argument("--server", required=True)
     ap.add_argument("--etcd-dir", required=True)
     ap.add_argument("--objects", type=int, default=50000)
+    ap.add_argument("--members", type=int, default=3)
     ap.add_argument("-v", action="store_true")
     args = ap.parse_args()
     VERBOSE = args.v
@@ -368,7 +375,8 @@ def main() -> int:
     from_etcd = os.path.join(work, "from-etcd.db")
     e.ctl("snapshot", "save", from_etcd)
     check_status = [("etcd's file", from_etcd)]
-    restored, r = start_restored_concord(server, etcdctl, from_etcd, work, "restored")
+    restored, r = start_restored_concord(server, etcdctl, from_etcd, work, "restored",
+                                         args.members)
     failures += compare("etcd -> Concord", e, r, marks)
     log(f"etcd -> Concord checked: {time.time() - started:.0f}s")
 
@@ -388,8 +396,15 @@ def main() -> int:
     failures += compare("etcd -> Concord -> etcd", e, e3, marks)
     log(f"etcd -> Concord -> etcd checked: {time.time() - started:.0f}s")
 
+    # etcdutl 3.5 counts every entry of every bucket as "keys"; 3.6 counts live keys. Concord
+    # answers as 3.5 does, so against 3.6 the count is left out.
+    version = subprocess.run([*etcdutl_tool, "version"], capture_output=True, text=True).stdout
+    same_count = "etcdutl version: 3.5." in version
     for what, path in check_status:
         want, got = snapshot_status(etcdutl_tool, path), snapshot_status(concord_tool, path)
+        if not same_count:
+            want.pop("totalKey", None)
+            got.pop("totalKey", None)
         if want != got:
             failures.append(f"snapshot status of {what}: etcdutl {want}, concord {got}")
         elif VERBOSE:

