@@ -418,17 +418,25 @@ mod tests {
                 })
                 .is_err());
         }
-        // A deterministic spread of single-byte changes over every page's header and elements.
+        // A deterministic spread of changes: most in a page's header and elements (where a
+        // change redirects the reader), some anywhere, one to four bytes each.
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..1000 {
+        let mut next = || {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
-            let page = (seed as usize >> 8) % (good.len() / PAGE_SIZE);
-            let at = page * PAGE_SIZE + (seed as usize >> 40) % 160;
+            seed
+        };
+        for round in 0..1000 {
             let mut bytes = good.clone();
-            if let Some(b) = bytes.get_mut(at) {
-                *b ^= (seed as u8) | 1;
+            for _ in 0..=(next() % 4) {
+                let r = next() as usize;
+                let page = (r >> 8) % (good.len() / PAGE_SIZE);
+                let within = if round % 4 == 0 { PAGE_SIZE } else { 160 };
+                let at = page * PAGE_SIZE + (r >> 40) % within;
+                if let Some(b) = bytes.get_mut(at) {
+                    *b ^= (r as u8) | 1;
+                }
             }
             check(&bytes)?;
         }

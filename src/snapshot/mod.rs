@@ -1,9 +1,10 @@
 //! Snapshot files, offline: `concord snapshot restore` builds the data dir of a member of a new
 //! cluster from a file saved with `etcdctl snapshot save` (as `etcdutl snapshot restore` does),
-//! and `concord snapshot status` describes a file. Two formats are read: Concord's (what its
-//! `Maintenance.Snapshot` streams: a Raft snapshot of the state, padding, its SHA-256) and
-//! etcd's (its bbolt database, with or without the SHA-256 etcd appends: [`etcd_db`]), so that
-//! etcd's data moves to Concord with every revision kept.
+//! and `concord snapshot status` describes a file. Two formats are read: etcd's (its bbolt
+//! database, with or without the SHA-256 etcd appends: [`etcd_db`]), which `Maintenance.Snapshot`
+//! streams from etcd and from Concord alike, so that data moves between them with every revision
+//! kept; and Concord's own (a Raft snapshot of the state, padding, its SHA-256), which Concord
+//! saved before it wrote etcd's format.
 
 use std::path::{Path, PathBuf};
 
@@ -72,7 +73,7 @@ fn open_etcd(file: &Path, skip_check: bool) -> anyhow::Result<Db> {
         f.read_exact(&mut trailer)?;
         let got = hasher.finalize();
         if got[..] != trailer[..] {
-            bail!("expected sha256 {}, got {}", hex(&trailer), hex(&got),);
+            bail!("expected sha256 {}, got {}", hex(&trailer), hex(&got));
         }
     }
     Db::open(f, len).with_context(|| format!("reading {}", file.display()))
