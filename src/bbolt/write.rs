@@ -6,7 +6,7 @@
 //! consistency check requires.
 
 use std::fs::File;
-use std::io;
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 
 use super::layout::{
@@ -20,21 +20,29 @@ pub const PAGE_SIZE: usize = 4096;
 /// The first page a tree may use: 0 and 1 are the metas, 2 the freelist.
 const FIRST_DATA_PAGE: u64 = 3;
 
+/// Bytes buffered before the pages in the making go to the file.
+const BUFFER: usize = 1 << 20;
+
 /// A bbolt file being written.
 pub struct Writer {
-    file: File,
+    /// Appends the trees' pages, from page [`FIRST_DATA_PAGE`] on.
+    out: BufWriter<File>,
     next: u64,
     buckets: Vec<(Vec<u8>, u64)>,
 }
 
 impl Writer {
     /// Starts a database in `file` (empty, or overwritten from its start).
-    pub fn new(file: File) -> Writer {
-        Writer {
-            file,
+    ///
+    /// # Errors
+    /// When `file` cannot seek.
+    pub fn new(mut file: File) -> io::Result<Writer> {
+        file.seek(SeekFrom::Start(FIRST_DATA_PAGE * PAGE_SIZE as u64))?;
+        Ok(Writer {
+            out: BufWriter::with_capacity(BUFFER, file),
             next: FIRST_DATA_PAGE,
             buckets: Vec::new(),
-        }
+        })
     }
 
     /// Starts the top-level bucket `name`; it is added when its [`BucketWriter::finish`] runs.
@@ -60,13 +68,14 @@ impl Writer {
             root.add(name, &header, BUCKET_LEAF)?;
         }
         let root = root.finish()?;
+        let file = self.out.into_inner().map_err(|e| e.into_error())?;
         let freelist = PageHeader {
             id: 2,
             flags: FREELIST_PAGE,
             count: 0,
             overflow: 0,
         };
-        self.write_page(2, &freelist.encode(), 1)?;
+        write_page_at(&file, 2, &freelist.encode())?;
         for txid in [0u64, 1] {
             let meta = Meta {
                 page_size: PAGE_SIZE as u32,
@@ -83,17 +92,30 @@ impl Writer {
                 count: 0,
                 overflow: 0,
             };
-            self.write_page(txid, &[&header.encode()[..], &meta.encode()].concat(), 1)?;
+            write_page_at(
+                &file,
+                txid,
+                &[&header.encode()[..], &meta.encode()].concat(),
+            )?;
         }
-        Ok((self.file, self.next * PAGE_SIZE as u64))
+        Ok((file, self.next * PAGE_SIZE as u64))
     }
 
-    /// Writes `bytes` as `pages` pages from page `id`, zero-filled.
-    fn write_page(&self, id: u64, bytes: &[u8], pages: usize) -> io::Result<()> {
-        let mut page = vec![0u8; pages * PAGE_SIZE];
-        page[..bytes.len()].copy_from_slice(bytes);
-        self.file.write_all_at(&page, id * PAGE_SIZE as u64)
+    /// Appends `bytes` as the next `pages` pages, zero-filled.
+    fn append_pages(&mut self, bytes: &[u8], pages: usize) -> io::Result<()> {
+        self.out.write_all(bytes)?;
+        let padding = pages * PAGE_SIZE - bytes.len();
+        self.out.write_all(&vec![0u8; padding])?;
+        self.next += pages as u64;
+        Ok(())
     }
+}
+
+/// Writes `bytes` as page `id` (one page, zero-filled) of `file`.
+fn write_page_at(file: &File, id: u64, bytes: &[u8]) -> io::Result<()> {
+    let mut page = vec![0u8; PAGE_SIZE];
+    page[..bytes.len()].copy_from_slice(bytes);
+    file.write_all_at(&page, id * PAGE_SIZE as u64)
 }
 
 /// A top-level bucket being written: keys must come in strictly increasing order.
@@ -299,8 +321,7 @@ impl<'w> Tree<'w> {
                 page.extend_from_slice(&e.value);
             }
         }
-        self.writer.write_page(id, &page, pages)?;
-        self.writer.next += pages as u64;
+        self.writer.append_pages(&page, pages)?;
         Ok(id)
     }
 }
@@ -325,7 +346,7 @@ mod tests {
     }
 
     fn write(path: &std::path::Path, buckets: &[(&[u8], &Pairs)]) -> io::Result<u64> {
-        let mut w = Writer::new(File::create(path)?);
+        let mut w = Writer::new(File::create(path)?)?;
         for (name, pairs) in buckets {
             let mut b = w.bucket(name);
             for (k, v) in pairs.iter() {
@@ -373,7 +394,7 @@ mod tests {
     #[test]
     fn keys_out_of_order_are_refused() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
-        let mut w = Writer::new(File::create(dir.path().join("db"))?);
+        let mut w = Writer::new(File::create(dir.path().join("db"))?)?;
         let mut b = w.bucket(b"b");
         b.put(b"b", b"")?;
         assert!(b.put(b"a", b"").is_err());

@@ -44,7 +44,7 @@ pub fn export(
     kept: Option<&HashSet<Revision>>,
     file: File,
 ) -> io::Result<(File, Exported)> {
-    let mut out = Writer::new(file);
+    let mut out = Writer::new(file)?;
     let mut exported = Exported::default();
     let read_i64 = |k: &[u8]| -> io::Result<Option<i64>> {
         Ok(view
