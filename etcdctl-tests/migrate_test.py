@@ -46,6 +46,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from etcddiff import procs  # noqa: E402
 from etcddiff.procs import Cluster  # noqa: E402
 
 ROOT = ["--user", "root:rootpw"]
@@ -354,6 +355,7 @@ def main() -> int:
     concord_tool = [server]
     etcdutl_tool = [os.path.join(etcd_dir, "etcdutl")]
     work = tempfile.mkdtemp(prefix="migrate-", dir=os.environ.get("TMPDIR", "/var/tmp"))
+    procs._TMPDIRS.append(work)         # removed at exit, after the servers are stopped
     failures: list[str] = []
     started = time.time()
 
