@@ -27,8 +27,9 @@ HashKV. Then:
 
 "Serves the same": current and compacted revision; `get --rev R` of the whole keyspace at
 sampled revisions from the compacted one on (every one in the small part of the history);
-HashKV at those revisions; a watch from the compacted revision; leases (granted TTL, keys);
-users, roles and auth status.
+HashKV at those revisions; a watch of the whole keyspace from just after the compacted revision
+to the end (with the state at the compacted revision, every key at every revision); leases
+(granted TTL, keys); users, roles and auth status.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -174,15 +176,39 @@ def hashkv(node: Node, rev: int) -> int | str:
     return json.loads(r.stdout)[0]["HashKV"]["hash"]
 
 
-def watched(node: Node, rev: int) -> str:
-    """What a watch of `h/` from `rev` prints within a moment."""
-    argv = [node.etcdctl, "--endpoints", node.endpoint, *ROOT, "watch", "--prefix", "h/",
-            "--rev", str(rev)]
+def watched(node: Node, rev: int, end: int) -> list:
+    """Every event of the whole keyspace from `rev` through `end`, as a watch delivers them
+    (with the state at `rev - 1`, they give every key at every revision after it)."""
+    argv = [node.etcdctl, "--endpoints", node.endpoint, *ROOT, "watch", "--prefix", "",
+            "--rev", str(rev), "-w", "json"]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    time.sleep(1.5)
+    events: list = []
+    done = threading.Event()
+
+    def read() -> None:
+        for line in p.stdout:
+            try:
+                resp = json.loads(line)
+            except ValueError:
+                continue
+            for ev in resp.get("Events") or []:
+                kv = ev.get("kv", {})
+                events.append((ev.get("type", "PUT"), kv.get("key"), kv.get("create_revision"),
+                               kv.get("mod_revision"), kv.get("version"), kv.get("value"),
+                               kv.get("lease")))
+                if kv.get("mod_revision", 0) >= end:
+                    done.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    done.wait(60)
     p.terminate()
-    out, _ = p.communicate(timeout=10)
-    return out
+    p.wait(timeout=10)
+    reader.join(timeout=10)
+    if not done.is_set():
+        raise RuntimeError(f"a watch from {rev} on {node.endpoint} never reached revision {end}: "
+                           f"{len(events)} events")
+    return events
 
 
 def leases(node: Node) -> list:
@@ -244,7 +270,7 @@ def compare(label: str, want: Node, got: Node, marks: dict) -> list[str]:
     # From just after the compacted revision: etcd 3.5.15 and later (3.6 too) keep a tombstone
     # made at the compacted revision itself and replay it to a watch from there; etcd 3.5.1,
     # 3.5.13 and Concord drop it with the compaction.
-    check("watch from after the compacted revision", watched, 6)
+    check("watch from after the compacted revision", watched, 6, end)
     check("leases", leases)
     check("auth", auth_state)
     return failures
