@@ -267,9 +267,9 @@ def compare(label: str, want: Node, got: Node, marks: dict) -> list[str]:
         # Concord, whose API is 3.5.13's) answer, for the compaction hash check.
         if rev > 5:
             check(f"hashkv --rev {rev}", hashkv, rev)
-    # From just after the compacted revision: 3.6 and late 3.5 releases (etcd#18274) keep a tombstone
-    # made at the compacted revision itself and replay it to a watch from there; etcd 3.5.1,
-    # 3.5.13 and Concord drop it with the compaction.
+    # From just after the compacted revision: 3.6 and late 3.5 releases (etcd#18274) keep a
+    # tombstone made at the compacted revision itself and replay it to a watch from there;
+    # etcd 3.5.1, 3.5.13 and Concord drop it with the compaction.
     check("watch from after the compacted revision", watched, 6, end)
     check("leases", leases)
     check("auth", auth_state)
