@@ -399,36 +399,34 @@ def main() -> int:
         f"{time.time() - started:.0f}s")
     failures += compare("fresh etcd vs fresh Concord", e, c, marks)
 
-    # 1. etcd -> Concord.
-    from_etcd = os.path.join(work, "from-etcd.db")
-    e.ctl("snapshot", "save", from_etcd)
-    check_status = [("etcd's file", from_etcd)]
-    restored, r = start_restored_concord(server, etcdctl, from_etcd, work, "restored",
-                                         args.members)
-    failures += compare("etcd -> Concord", e, r, marks)
-    log(f"etcd -> Concord checked: {time.time() - started:.0f}s")
+    saved: list[str] = []
 
-    # 2. Concord -> etcd.
-    from_concord = os.path.join(work, "from-concord.db")
-    c.ctl("snapshot", "save", from_concord)
-    check_status.append(("Concord's file", from_concord))
-    etcd2, e2 = start_restored_etcd(etcd_dir, from_concord, work, "etcdback")
-    failures += compare("Concord -> etcd", c, e2, marks)
-    log(f"Concord -> etcd checked: {time.time() - started:.0f}s")
+    def migrate(label: str, want: Node, source: Node, start) -> Node:
+        """Saves `source`, starts a cluster restored from the file (`start(path, label)`),
+        compares it with `want`; returns the restored cluster's node."""
+        path = os.path.join(work, f"{len(saved)}.db")
+        source.ctl("snapshot", "save", path)
+        saved.append(path)
+        _, node = start(path, f"restored{len(saved)}")
+        failures.extend(compare(label, want, node, marks))
+        log(f"{label} checked: {time.time() - started:.0f}s")
+        return node
 
-    # 3. etcd -> Concord -> etcd.
-    round_trip = os.path.join(work, "round-trip.db")
-    r.ctl("snapshot", "save", round_trip)
-    check_status.append(("the round trip's file", round_trip))
-    etcd3, e3 = start_restored_etcd(etcd_dir, round_trip, work, "etcdround")
-    failures += compare("etcd -> Concord -> etcd", e, e3, marks)
-    log(f"etcd -> Concord -> etcd checked: {time.time() - started:.0f}s")
+    def concord_from(path: str, label: str):
+        return start_restored_concord(server, etcdctl, path, work, label, args.members)
+
+    def etcd_from(path: str, label: str):
+        return start_restored_etcd(etcd_dir, path, work, label)
+
+    r = migrate("etcd -> Concord", e, e, concord_from)
+    migrate("Concord -> etcd", c, c, etcd_from)
+    migrate("etcd -> Concord -> etcd", e, r, etcd_from)
 
     # etcdutl 3.5 counts every entry of every bucket as "keys"; 3.6 counts live keys. Concord
     # answers as 3.5 does, so against 3.6 the count is left out.
     version = subprocess.run([*etcdutl_tool, "version"], capture_output=True, text=True).stdout
     same_count = "etcdutl version: 3.5." in version
-    for what, path in check_status:
+    for what, path in zip(["etcd's file", "Concord's file", "the round trip's file"], saved):
         want, got = snapshot_status(etcdutl_tool, path), snapshot_status(concord_tool, path)
         if not same_count:
             want.pop("totalKey", None)
@@ -439,7 +437,7 @@ def main() -> int:
             log(f"  snapshot status of {what}: {got}")
 
     # 4. Damaged files.
-    failures += damaged_files(server, from_etcd, work)
+    failures += damaged_files(server, saved[0], work)
 
     for f in failures:
         log(f"FAIL {f}")

@@ -200,13 +200,18 @@ impl<'w> Tree<'w> {
 
     fn flush_leaf(&mut self) -> io::Result<()> {
         let node = std::mem::take(&mut self.leaf);
+        self.write_and_link(&node, LEAF_PAGE, 0)
+    }
+
+    /// Writes `node` and adds it, under its first key, to the branch in the making at `level`.
+    fn write_and_link(&mut self, node: &Node, flags: u16, level: usize) -> io::Result<()> {
         let first = node
             .elements
             .first()
             .map(|e| e.key.clone())
             .unwrap_or_default();
-        let id = self.write_node(&node, LEAF_PAGE)?;
-        self.add_branch(0, first, id)
+        let id = self.write_node(node, flags)?;
+        self.add_branch(level, first, id)
     }
 
     /// Adds the child `id`, whose first key is `key`, to the branch in the making at `level`.
@@ -239,13 +244,7 @@ impl<'w> Tree<'w> {
             .get_mut(level)
             .map(std::mem::take)
             .unwrap_or_default();
-        let first = node
-            .elements
-            .first()
-            .map(|e| e.key.clone())
-            .unwrap_or_default();
-        let id = self.write_node(&node, BRANCH_PAGE)?;
-        self.add_branch(level + 1, first, id)
+        self.write_and_link(&node, BRANCH_PAGE, level + 1)
     }
 
     /// Writes the last pages; returns the root page's id.

@@ -6,7 +6,7 @@ use std::io;
 
 use prost::Message;
 
-use super::{bucket, key, revision_key, Lease};
+use super::{bucket, key, Lease};
 use crate::auth::state::key as auth_key;
 use crate::bbolt::Writer;
 use crate::mvcc::{disk, Revision};
@@ -62,19 +62,19 @@ pub fn export(
         if rev.main <= compacted && kept.is_some_and(|kept| !kept.contains(&rev)) {
             return Ok(());
         }
-        let tombstone = disk::is_tombstone(v)
+        let (tombstone, kv) = disk::kv_parts(v)
             .ok_or_else(|| io::Error::other(format!("empty kv record {rev:?}")))?;
         exported.changes += 1;
         if tombstone {
-            let (_, kv) = disk::decode_kv_record(v).map_err(storage_error)?;
+            // etcd's tombstone holds only the key.
+            let kv = KeyValue::decode(kv).map_err(|e| io::Error::other(e.to_string()))?;
             let kv = KeyValue {
                 key: kv.key,
                 ..Default::default()
             };
-            b.put(&revision_key(rev, true), &kv.encode_to_vec())
+            b.put(&rev.to_etcd_key(true), &kv.encode_to_vec())
         } else {
-            // The record is a tag byte and the `KeyValue` etcd stores, byte for byte.
-            b.put(&revision_key(rev, false), v.get(1..).unwrap_or_default())
+            b.put(&rev.to_etcd_key(false), kv)
         }
     })?;
     b.finish()?;
@@ -82,7 +82,7 @@ pub fn export(
     let mut b = out.bucket(bucket::META);
     b.put(key::CONSISTENT_INDEX, &applied.0.to_be_bytes())?;
     if compacted > 0 {
-        let rev = revision_key(Revision::new(compacted, 0), false);
+        let rev = Revision::new(compacted, 0).to_etcd_key(false);
         b.put(key::FINISHED_COMPACT, &rev)?;
         b.put(key::SCHEDULED_COMPACT, &rev)?;
     }

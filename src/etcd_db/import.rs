@@ -4,25 +4,14 @@ use std::io;
 
 use prost::Message;
 
-use super::{bad, bucket, key, parse_revision_key, Lease};
+use super::{bad, bucket, key, Lease};
 use crate::bbolt::read::Entry;
 use crate::bbolt::{Bucket, Db};
-use crate::mvcc::disk;
+use crate::mvcc::{disk, Revision};
 use crate::pb::authpb::{Role, User};
 use crate::pb::etcdserverpb::AlarmMember;
 use crate::pb::mvccpb::KeyValue;
 use crate::storage::{meta_key, Space};
-
-/// What an import found.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Imported {
-    /// The store's revision (etcd's rule: the newest change's, or the compaction's if later).
-    pub revision: i64,
-    /// The compacted revision (0: never compacted).
-    pub compacted: i64,
-    /// Changes (revisions) imported.
-    pub changes: u64,
-}
 
 fn required(db: &Db, name: &[u8]) -> io::Result<Bucket> {
     db.bucket(name)?.ok_or_else(|| {
@@ -53,11 +42,12 @@ pub type Out<'a> = dyn FnMut(Space, Vec<u8>, Vec<u8>) -> io::Result<()> + 'a;
 /// # Errors
 /// A read failure, a file that is not etcd's database, a record that does not decode, or what
 /// `out` returns.
-pub fn import(db: &Db, out: &mut Out) -> io::Result<Imported> {
-    let mut found = Imported::default();
+pub fn import(db: &Db, out: &mut Out) -> io::Result<()> {
+    // The store's revision: etcd's rule, the newest change's or the compaction's if later.
+    let mut revision = 1;
     let mut push = |space, key: Vec<u8>, value: Vec<u8>| out(space, key, value);
     values(db, &required(db, bucket::KEY)?, &mut |k, v| {
-        let (rev, tombstone) = parse_revision_key(k)
+        let (rev, tombstone) = Revision::from_etcd_key(k)
             .ok_or_else(|| bad(format!("a key bucket key of {} bytes", k.len())))?;
         let kv = KeyValue::decode(v).map_err(|e| bad(format!("revision {rev:?}: {e}")))?;
         let kv = if tombstone {
@@ -69,30 +59,25 @@ pub fn import(db: &Db, out: &mut Out) -> io::Result<Imported> {
         } else {
             kv
         };
-        found.revision = found.revision.max(rev.main);
-        found.changes += 1;
+        revision = revision.max(rev.main);
         push(
             Space::Kv,
             rev.to_bytes().to_vec(),
             disk::kv_record(tombstone, &kv),
         )
     })?;
-    let compaction = |k: &[u8]| -> io::Result<i64> {
-        let mut rev = 0;
-        values(db, &required(db, bucket::META)?, &mut |key, v| {
-            if key == k {
-                rev = parse_revision_key(v)
-                    .ok_or_else(|| bad("a corrupt compaction revision"))?
-                    .0
-                    .main;
-            }
-            Ok(())
-        })?;
-        Ok(rev)
-    };
-    // An interrupted compaction (scheduled, not finished) is redone when the member opens.
-    found.compacted = compaction(key::FINISHED_COMPACT)?.max(compaction(key::SCHEDULED_COMPACT)?);
-    found.revision = found.revision.max(found.compacted).max(1);
+    // The later of the finished and the scheduled compaction: an interrupted one is redone
+    // when the member opens.
+    let mut compacted = 0;
+    values(db, &required(db, bucket::META)?, &mut |k, v| {
+        if k == key::FINISHED_COMPACT || k == key::SCHEDULED_COMPACT {
+            let (rev, _) =
+                Revision::from_etcd_key(v).ok_or_else(|| bad("a corrupt compaction revision"))?;
+            compacted = compacted.max(rev.main);
+        }
+        Ok(())
+    })?;
+    revision = revision.max(compacted);
     if let Some(b) = db.bucket(bucket::LEASE)? {
         values(db, &b, &mut |k, v| {
             let lease = Lease::decode(v).map_err(|e| bad(format!("a lease: {e}")))?;
@@ -153,14 +138,14 @@ pub fn import(db: &Db, out: &mut Out) -> io::Result<Imported> {
     push(
         Space::Meta,
         meta_key::REVISION.to_vec(),
-        found.revision.to_be_bytes().to_vec(),
+        revision.to_be_bytes().to_vec(),
     )?;
-    if found.compacted > 0 {
+    if compacted > 0 {
         push(
             Space::Meta,
             meta_key::COMPACTED.to_vec(),
-            found.compacted.to_be_bytes().to_vec(),
+            compacted.to_be_bytes().to_vec(),
         )?;
     }
-    Ok(found)
+    Ok(())
 }

@@ -15,14 +15,12 @@
 
 use std::io;
 
-use crate::mvcc::Revision;
-
 mod export;
 mod import;
 mod status;
 
 pub use export::{export, Exported};
-pub use import::{import, Imported};
+pub use import::import;
 pub use status::{status, Status};
 
 /// etcd's bucket names.
@@ -86,31 +84,4 @@ pub(crate) fn bad(what: impl std::fmt::Display) -> io::Error {
         io::ErrorKind::InvalidData,
         format!("not an etcd database: {what}"),
     )
-}
-
-/// Parses a `key` bucket key: the revision, and whether it is a tombstone.
-pub fn parse_revision_key(k: &[u8]) -> Option<(Revision, bool)> {
-    let tombstone = match k.len() {
-        17 => false,
-        18 if k.get(17) == Some(&b't') => true,
-        _ => return None,
-    };
-    if k.get(8) != Some(&b'_') {
-        return None;
-    }
-    let main = i64::from_be_bytes(k.get(..8)?.try_into().ok()?);
-    let sub = i64::from_be_bytes(k.get(9..17)?.try_into().ok()?);
-    Some((Revision::new(main, sub), tombstone))
-}
-
-/// The `key` bucket key of `rev`.
-pub fn revision_key(rev: Revision, tombstone: bool) -> Vec<u8> {
-    let mut k = Vec::with_capacity(18);
-    k.extend(rev.main.to_be_bytes());
-    k.push(b'_');
-    k.extend(rev.sub.to_be_bytes());
-    if tombstone {
-        k.push(b't');
-    }
-    k
 }

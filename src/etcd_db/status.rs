@@ -2,9 +2,10 @@
 
 use std::io;
 
-use super::{bad, bucket, parse_revision_key};
+use super::{bad, bucket};
 use crate::bbolt::read::Entry;
 use crate::bbolt::Db;
+use crate::mvcc::Revision;
 
 /// What `etcdutl snapshot status` reports of an etcd database file.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -46,7 +47,7 @@ pub fn status(db: &Db) -> io::Result<Status> {
                 crc = crc32c::crc32c_append(crc, v);
             }
             if is_key {
-                let (rev, _) = parse_revision_key(k)
+                let (rev, _) = Revision::from_etcd_key(k)
                     .ok_or_else(|| bad(format!("a key bucket key of {} bytes", k.len())))?;
                 s.revision = rev.main;
             }

@@ -37,18 +37,10 @@ pub mod disk {
         records::encode_record(tombstone, kv).to_vec()
     }
 
-    /// A stored change: whether it is a tombstone, and its `KeyValue`.
-    ///
-    /// # Errors
-    /// A record that does not decode.
-    pub fn decode_kv_record(bytes: &[u8]) -> StorageResult<(bool, KeyValue)> {
-        records::decode_record(bytes)
-    }
-
-    /// Whether a stored change is a tombstone, from its first byte (`None`: an empty record);
-    /// a put's record after that byte is its `KeyValue`, as etcd stores it.
-    pub fn is_tombstone(bytes: &[u8]) -> Option<bool> {
-        records::is_tombstone(bytes)
+    /// A stored change's parts, undecoded: whether it is a tombstone, and its encoded
+    /// `KeyValue` (a put's is byte for byte what etcd stores). `None` for an empty record.
+    pub fn kv_parts(bytes: &[u8]) -> Option<(bool, &[u8])> {
+        records::split_record(bytes)
     }
 
     /// A lease's record: its granted and its checkpointed remaining TTL.

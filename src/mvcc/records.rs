@@ -98,9 +98,12 @@ pub(super) fn decode_as<M: Message + Default>(bytes: &[u8]) -> StorageResult<(bo
     Ok((*tag == TOMBSTONE_TAG, msg))
 }
 
-/// Whether a stored record is a tombstone (`None` for an empty one).
-pub(super) fn is_tombstone(bytes: &[u8]) -> Option<bool> {
-    bytes.first().map(|tag| *tag == TOMBSTONE_TAG)
+/// A stored record's parts: whether it is a tombstone, and its encoded `KeyValue` (`None` for
+/// an empty record).
+pub(super) fn split_record(bytes: &[u8]) -> Option<(bool, &[u8])> {
+    bytes
+        .split_first()
+        .map(|(tag, body)| (*tag == TOMBSTONE_TAG, body))
 }
 
 pub(super) fn decode_record(bytes: &[u8]) -> StorageResult<(bool, KeyValue)> {

@@ -28,6 +28,35 @@ impl Revision {
         out
     }
 
+    /// etcd's key for this revision in its `key` bucket: `main`, `_`, `sub` (big-endian), and a
+    /// `t` after a tombstone. HashKV hashes it; etcd's database files are keyed by it.
+    pub fn to_etcd_key(self, tombstone: bool) -> Vec<u8> {
+        let mut k = Vec::with_capacity(18);
+        k.extend(self.main.to_be_bytes());
+        k.push(b'_');
+        k.extend(self.sub.to_be_bytes());
+        if tombstone {
+            k.push(b't');
+        }
+        k
+    }
+
+    /// Parses etcd's key (see [`Self::to_etcd_key`]): the revision and whether it is a
+    /// tombstone; `None` for another shape.
+    pub fn from_etcd_key(k: &[u8]) -> Option<(Self, bool)> {
+        let tombstone = match k.len() {
+            17 => false,
+            18 if k.get(17) == Some(&b't') => true,
+            _ => return None,
+        };
+        if k.get(8) != Some(&b'_') {
+            return None;
+        }
+        let main = i64::from_be_bytes(k.get(..8)?.try_into().ok()?);
+        let sub = i64::from_be_bytes(k.get(9..17)?.try_into().ok()?);
+        Some((Revision { main, sub }, tombstone))
+    }
+
     /// Parses a 16-byte key; `None` if it has another length.
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
         let main = bytes.get(..8)?.try_into().ok().map(i64::from_be_bytes)?;
@@ -47,5 +76,19 @@ mod tests {
         assert_eq!(Revision::from_bytes(&a.to_bytes()), Some(a));
         assert!(a.to_bytes() < b.to_bytes());
         assert_eq!(Revision::from_bytes(&[0; 15]), None);
+    }
+
+    #[test]
+    fn etcd_keys_round_trip_and_mark_tombstones() {
+        let r = Revision::new(5, 2);
+        for tombstone in [false, true] {
+            let k = r.to_etcd_key(tombstone);
+            assert_eq!(k.len(), 17 + usize::from(tombstone));
+            assert_eq!(Revision::from_etcd_key(&k), Some((r, tombstone)));
+        }
+        assert_eq!(Revision::from_etcd_key(&r.to_bytes()), None);
+        let mut bad = r.to_etcd_key(true);
+        bad[17] = b'x';
+        assert_eq!(Revision::from_etcd_key(&bad), None);
     }
 }

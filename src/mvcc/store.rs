@@ -295,14 +295,7 @@ impl MvccStore {
                 return Ok(());
             }
             let (tombstone, kv) = decode_record(v).map_err(|_| corrupt(k))?;
-            let mut key = Vec::with_capacity(18);
-            key.extend(rev.main.to_be_bytes());
-            key.push(b'_');
-            key.extend(rev.sub.to_be_bytes());
-            if tombstone {
-                key.push(b't');
-            }
-            crc = crc32c::crc32c_append(crc, &key);
+            crc = crc32c::crc32c_append(crc, &rev.to_etcd_key(tombstone));
             let value = if tombstone {
                 KeyValue {
                     key: kv.key,

@@ -58,7 +58,6 @@ fn etcd_has_hash(size: u64) -> bool {
 
 /// Opens etcd's database in `file`, after checking the SHA-256 after it (unless `skip_check`).
 fn open_etcd(file: &Path, skip_check: bool) -> anyhow::Result<Db> {
-    use std::io::Read;
     let mut f = std::fs::File::open(file).with_context(|| format!("reading {}", file.display()))?;
     let size = f.metadata()?.len();
     let has_hash = etcd_has_hash(size);
@@ -67,16 +66,23 @@ fn open_etcd(file: &Path, skip_check: bool) -> anyhow::Result<Db> {
     }
     let len = if has_hash { size - 32 } else { size };
     if has_hash && !skip_check {
-        let mut hasher = Sha256::new();
-        std::io::copy(&mut (&mut f).take(len), &mut hasher)?;
-        let mut trailer = [0u8; 32];
-        f.read_exact(&mut trailer)?;
-        let got = hasher.finalize();
-        if got[..] != trailer[..] {
+        let (got, trailer) = digest_and_trailer(&mut f, len)?;
+        if got != trailer {
             bail!("expected sha256 {}, got {}", hex(&trailer), hex(&got));
         }
     }
     Db::open(f, len).with_context(|| format!("reading {}", file.display()))
+}
+
+/// The SHA-256 of `f`'s first `len` bytes, and the 32 bytes after them. Leaves `f` after them.
+fn digest_and_trailer(f: &mut std::fs::File, len: u64) -> std::io::Result<([u8; 32], [u8; 32])> {
+    use std::io::{Read, Seek};
+    f.rewind()?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut Read::take(&mut *f, len), &mut hasher)?;
+    let mut trailer = [0u8; 32];
+    f.read_exact(&mut trailer)?;
+    Ok((hasher.finalize().into(), trailer))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -151,18 +157,15 @@ impl SnapshotCli {
 /// Opens a snapshot file after checking its SHA-256 trailer (unless `skip_check`), reading it
 /// once in chunks. Returns the file, rewound, and its size.
 fn verified(file: &Path, skip_check: bool) -> anyhow::Result<(std::fs::File, u64)> {
-    use std::io::{Read, Seek};
+    use std::io::Seek;
     let mut f = std::fs::File::open(file).with_context(|| format!("reading {}", file.display()))?;
     let size = f.metadata()?.len();
     if size < 32 {
         bail!("snapshot file {} is too short", file.display());
     }
     if !skip_check {
-        let mut hasher = Sha256::new();
-        std::io::copy(&mut (&mut f).take(size - 32), &mut hasher)?;
-        let mut trailer = [0u8; 32];
-        f.read_exact(&mut trailer)?;
-        if hasher.finalize()[..] != trailer[..] {
+        let (got, trailer) = digest_and_trailer(&mut f, size - 32)?;
+        if got != trailer {
             bail!("snapshot file integrity check failed: expected sha256 does not match");
         }
     }
@@ -215,7 +218,6 @@ fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
                 etcd_db::import(db, &mut |space, key, value| {
                     push(Record { space, key, value })
                 })
-                .map(|_| ())
             }),
             None => {
                 let (file, _) = verified(&args.file, args.skip_hash_check)?;
