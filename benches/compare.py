@@ -398,7 +398,8 @@ def main() -> int:
     ap.add_argument("--no-fixed", action="store_true", help="skip the fixed-load p99 tables")
     ap.add_argument("--watchers", type=int, default=1000)
     ap.add_argument("--topologies", default="1,3")
-    ap.add_argument("--workloads", default=",".join(ALL_WORKLOADS))
+    ap.add_argument("--workloads", default=None,
+                    help=f"comma-separated (default all: {','.join(ALL_WORKLOADS)}; --smoke: a few)")
     ap.add_argument("--memory-keys", type=int, default=1_000_000)
     ap.add_argument("--memory-only", action="store_true", help="only the memory/disk/restart table")
     ap.add_argument("--markdown")
@@ -416,12 +417,13 @@ def main() -> int:
         TLS.update(make_certs(args.root))
     if args.smoke:
         args.duration, args.rounds, args.topologies = "1s", 1, "1"
-        args.workloads, args.memory_keys, args.watchers = "put,range,txn-cas,lock,watch", 0, 10
+        args.workloads = args.workloads or "put,range,txn-cas,lock,watch"
+        args.memory_keys, args.watchers = 0, 10
     args.etcd = os.path.join(args.etcd_dir, "etcd")
     args.etcd36 = os.path.join(args.etcd36_dir, "etcd") if args.etcd36_dir else None
     args.clients = [int(c) for c in args.clients.split(",")]
     args.topologies = [int(t) for t in args.topologies.split(",")]
-    args.workloads = args.workloads.split(",")
+    args.workloads = (args.workloads or ",".join(ALL_WORKLOADS)).split(",")
     out = [f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}; "
            f"data on {args.root}; clients/connections {', '.join(f'{c}/{conns_for(c)}' for c in args.clients)}, "
            f"{args.duration} per run after 1 s warm-up; 256 B values"
