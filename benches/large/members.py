@@ -103,14 +103,19 @@ def arguments(doc):
     ap.add_argument("--out")
     ap.add_argument("--only", choices=["etcd", "concord"], help="run one server only")
     ap.add_argument("--quota-gib", type=int, default=16, help="--quota-backend-bytes, in GiB")
+    ap.add_argument("--etcd36-dir", help="also etcd 3.6 (built by benches/etcd36/build.sh)")
     return ap
 
 
 def servers(a):
-    """(label, binary) of the servers to run: etcd's and Concord's, or the one `--only` names.
+    """(label, binary) of the servers to run: etcd 3.5.1's (and 3.6's with `--etcd36-dir`) and
+    Concord's, or those `--only` names.
     Also sets the quota every member is started with."""
     global QUOTA
     QUOTA = str(a.quota_gib << 30)
-    both = [("etcd 3.5.1", os.path.join(a.etcd_dir, "etcd")), ("Concord", a.concord)]
-    return [(label, binary) for label, binary in both
+    every = [("etcd 3.5.1", os.path.join(a.etcd_dir, "etcd"))]
+    if getattr(a, "etcd36_dir", None):
+        every.append(("etcd 3.6", os.path.join(a.etcd36_dir, "etcd")))
+    every.append(("Concord", a.concord))
+    return [(label, binary) for label, binary in every
             if not a.only or label.lower().startswith(a.only)]
