@@ -11,7 +11,6 @@ use crate::auth::state::key as auth_key;
 use crate::bbolt::Writer;
 use crate::mvcc::{disk, Revision};
 use crate::pb::etcdserverpb::AlarmMember;
-use crate::pb::mvccpb::KeyValue;
 use crate::storage::{meta_key, Space, StorageError, View};
 
 /// The cluster version written to the `cluster` bucket (what Concord reports).
@@ -62,20 +61,9 @@ pub fn export(
         if rev.main <= compacted && kept.is_some_and(|kept| !kept.contains(&rev)) {
             return Ok(());
         }
-        let (tombstone, kv) = disk::kv_parts(v)
-            .ok_or_else(|| io::Error::other(format!("empty kv record {rev:?}")))?;
+        let (key, value) = disk::etcd_entry(rev, v).map_err(storage_error)?;
         exported.changes += 1;
-        if tombstone {
-            // etcd's tombstone holds only the key.
-            let kv = KeyValue::decode(kv).map_err(|e| io::Error::other(e.to_string()))?;
-            let kv = KeyValue {
-                key: kv.key,
-                ..Default::default()
-            };
-            b.put(&rev.to_etcd_key(true), &kv.encode_to_vec())
-        } else {
-            b.put(&rev.to_etcd_key(false), kv)
-        }
+        b.put(&key, &value)
     })?;
     b.finish()?;
 

@@ -37,10 +37,16 @@ pub mod disk {
         records::encode_record(tombstone, kv).to_vec()
     }
 
-    /// A stored change's parts, undecoded: whether it is a tombstone, and its encoded
-    /// `KeyValue` (a put's is byte for byte what etcd stores). `None` for an empty record.
-    pub fn kv_parts(bytes: &[u8]) -> Option<(bool, &[u8])> {
-        records::split_record(bytes)
+    /// A stored change as etcd keeps it: etcd's `key` bucket key for `rev` and its value (a
+    /// put's `KeyValue` as stored, a tombstone's key only).
+    ///
+    /// # Errors
+    /// An empty record, or a tombstone that does not decode.
+    pub fn etcd_entry(
+        rev: super::Revision,
+        bytes: &[u8],
+    ) -> StorageResult<(Vec<u8>, std::borrow::Cow<'_, [u8]>)> {
+        records::etcd_entry(rev, bytes)
     }
 
     /// A lease's record: its granted and its checkpointed remaining TTL.

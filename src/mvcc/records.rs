@@ -2,9 +2,11 @@
 //! `KeyValue`), lease records, alarm keys; and the conversions between records, key-values and
 //! watch events.
 
+use std::borrow::Cow;
+
 use prost::Message;
 
-use super::KeyRevision;
+use super::{KeyRevision, Revision};
 use crate::pb::mvccpb::event::EventType;
 use crate::pb::mvccpb::{Event, KeyValue};
 use crate::storage::{meta_key, StorageError, StorageResult, Value};
@@ -98,12 +100,23 @@ pub(super) fn decode_as<M: Message + Default>(bytes: &[u8]) -> StorageResult<(bo
     Ok((*tag == TOMBSTONE_TAG, msg))
 }
 
-/// A stored record's parts: whether it is a tombstone, and its encoded `KeyValue` (`None` for
-/// an empty record).
-pub(super) fn split_record(bytes: &[u8]) -> Option<(bool, &[u8])> {
-    bytes
+/// A stored change as etcd keeps it in its `key` bucket: etcd's key for `rev` (see
+/// [`Revision::to_etcd_key`]) and the value, a put's encoded `KeyValue` as stored (byte for
+/// byte etcd's) or, for a tombstone, a `KeyValue` holding only the key. HashKV hashes these;
+/// etcd's database files hold them.
+pub(super) fn etcd_entry(rev: Revision, bytes: &[u8]) -> StorageResult<(Vec<u8>, Cow<'_, [u8]>)> {
+    let (tag, body) = bytes
         .split_first()
-        .map(|(tag, body)| (*tag == TOMBSTONE_TAG, body))
+        .ok_or_else(|| StorageError(format!("empty mvcc record {rev:?}")))?;
+    if *tag != TOMBSTONE_TAG {
+        return Ok((rev.to_etcd_key(false), Cow::Borrowed(body)));
+    }
+    let kv = KeyValue::decode(body).map_err(|e| StorageError(format!("corrupt record: {e}")))?;
+    let value = KeyValue {
+        key: kv.key,
+        ..Default::default()
+    };
+    Ok((rev.to_etcd_key(true), Cow::Owned(value.encode_to_vec())))
 }
 
 pub(super) fn decode_record(bytes: &[u8]) -> StorageResult<(bool, KeyValue)> {

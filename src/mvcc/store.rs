@@ -6,13 +6,11 @@
 
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
-use prost::Message;
-
 use super::garbage::Garbage;
 use super::published::{Published, Unreadable};
 use super::records::{
-    alarm_bit, decode_alarm_key, decode_as, decode_lease, decode_record, key_value, to_event,
-    IndexFields,
+    alarm_bit, decode_alarm_key, decode_as, decode_lease, decode_record, etcd_entry, key_value,
+    to_event, IndexFields,
 };
 use super::{Changes, KeyIndex, KeyRange, KeyRevision, LeaseInfo, LeaseTable, Revision, WriteTxn};
 use crate::error::{Error, Result};
@@ -294,17 +292,8 @@ impl MvccStore {
             if rev.main <= compacted && !keep.contains(&rev) {
                 return Ok(());
             }
-            let (tombstone, kv) = decode_record(v).map_err(|_| corrupt(k))?;
-            crc = crc32c::crc32c_append(crc, &rev.to_etcd_key(tombstone));
-            let value = if tombstone {
-                KeyValue {
-                    key: kv.key,
-                    ..Default::default()
-                }
-                .encode_to_vec()
-            } else {
-                kv.encode_to_vec()
-            };
+            let (key, value) = etcd_entry(rev, v).map_err(|_| corrupt(k))?;
+            crc = crc32c::crc32c_append(crc, &key);
             crc = crc32c::crc32c_append(crc, &value);
             Ok::<(), StorageError>(())
         })
