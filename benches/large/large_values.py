@@ -45,10 +45,11 @@ def main():
     sizes = [int(s) for s in a.sizes.split(",")]
     client_counts = [int(c) for c in a.clients.split(",")]
     runs = {}  # (server, size, clients) -> [result]
+    chosen = servers(a)
     for size in sizes:
         started = []
         try:
-            for i, (label, binary) in enumerate(servers(a)):
+            for i, (label, binary) in enumerate(chosen):
                 d = tempfile.mkdtemp(prefix=f"values-{label.split()[0]}-", dir=a.work)
                 proc, ep = member(binary, "m0", 25800 + 10 * i, f"{d}/m0", log=f"{d}/server.log")
                 started.append((label, proc, ep, d))
@@ -76,7 +77,7 @@ def main():
                "errors": sum(r["errors"] for r in rs), "rounds": len(rs)}
         rows.append(row)
         by[(label, size, clients)] = row
-    etcds = [label for label, _ in servers(a) if label.startswith("etcd")]
+    etcds = [label for label, _ in chosen if label.startswith("etcd")]
     lines = ["| value | clients | " + " | ".join(f"{e} puts/s" for e in etcds) + " | Concord puts/s | "
              + " | ".join(f"ratio to {e}" for e in etcds) + " | "
              + " | ".join(f"{e} p99 (ms)" for e in etcds) + " | Concord p99 (ms) | "
