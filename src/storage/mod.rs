@@ -654,4 +654,38 @@ mod tests {
         );
         Ok(())
     }
+
+    /// The vendored lsm-tree's patch (vendor/lsm-tree/CONCORD-PATCH.md): a state write does
+    /// not wait for the version history's write lock, which a table change holds across its
+    /// fsyncs. The lock is held here until the write is done (or 30 s have passed, and then the
+    /// write waited for it).
+    #[test]
+    fn a_state_write_does_not_wait_for_a_table_change() -> StorageResult<()> {
+        use fjall::AbstractTree;
+        let dir = tempfile::tempdir().map_err(|e| StorageError(e.to_string()))?;
+        let s = Storage::open(dir.path())?;
+        let history = s.kv.tree.get_version_history_lock();
+        let (done, written) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            let writer = scope.spawn(|| {
+                let mut batch = s.batch();
+                batch.insert(Space::Kv, b"key", b"value");
+                let committed = batch.commit();
+                let _ = done.send(());
+                committed
+            });
+            let waited = written.recv_timeout(std::time::Duration::from_secs(30));
+            drop(history);
+            let committed = writer
+                .join()
+                .map_err(|_| StorageError("writer panicked".into()));
+            assert!(
+                waited.is_ok(),
+                "the write waited for the version history's lock"
+            );
+            committed?
+        })?;
+        assert_eq!(s.get(Space::Kv, b"key")?, Some(b"value".to_vec()));
+        Ok(())
+    }
 }

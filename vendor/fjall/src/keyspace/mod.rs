@@ -821,9 +821,10 @@ impl Keyspace {
     }
 
     pub(crate) fn request_rotation(&self) {
-        let lock = self.tree.get_version_history_lock();
-        let latest_version = lock.latest_version();
-        let active_memtable = &latest_version.active_memtable;
+        // Concord patch: the active memtable through lsm-tree's mirror, not the version
+        // history's write lock, which a table change holds across its fsyncs (see
+        // vendor/lsm-tree/CONCORD-PATCH.md); every write asks for a rotation until it happens.
+        let active_memtable = self.tree.active_memtable();
 
         self.worker_messager
             .try_send(WorkerMessage::RotateMemtable(
