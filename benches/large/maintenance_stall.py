@@ -3,10 +3,11 @@
 
 For each server: one member; `--keys` keys of `--value-size` bytes written `--versions` times
 (so the compaction has revisions to drop and the defragmentation space to reclaim); then three
-runs of the same paced put workload (concord-bench `put --rate`, 8 clients): quiet, while a
-compaction of every revision but the last is applied (`etcdctl compaction --physical`), and
-while `etcdctl defrag` runs. Reported: p99, p99.9 and the longest put of each run, and how long
-the compaction and the defragmentation took.
+runs of the same paced load, puts and single-key ranges side by side (concord-bench `put` and
+`range` with `--rate`, 8 clients each): quiet, while a compaction of every revision but the last
+is applied (`etcdctl compaction --physical`), and while `etcdctl defrag` runs. Reported: p99,
+p99.9 and the slowest put and range of each run, and how long the compaction and the
+defragmentation took.
 
     benches/large/maintenance_stall.py --etcd-dir .etcd-ref/bin/etcd-ref \\
         --concord target/release/concord --bench target/release/concord-bench --out benches/large/
@@ -28,12 +29,31 @@ def ctl(etcdctl, endpoint, *args, check=True):
                           capture_output=True, text=True, check=check)
 
 
-def paced_puts(bench, endpoint, seconds, rate, value_size, keys):
-    out = subprocess.run([bench, "put", "--endpoints", endpoint, "--clients", "8", "--conns", "4",
+def paced(bench, workload, endpoint, seconds, rate, value_size, keys):
+    out = subprocess.run([bench, workload, "--endpoints", endpoint, "--clients", "8", "--conns", "4",
                           "--rate", str(rate), "--duration", f"{seconds}s", "--value-size",
                           str(value_size), "--key-space", str(keys), "--json"],
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def paced_load(bench, endpoint, seconds, rate, value_size, keys):
+    """Paced puts and paced ranges at the same time: {"put": ..., "range": ...}."""
+    results = {}
+
+    def one(workload):
+        results[workload] = paced(bench, workload, endpoint, seconds, rate, value_size, keys)
+
+    threads = [threading.Thread(target=one, args=(w,)) for w in ("put", "range")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def summary(result):
+    return {k: result[k] for k in ("p99_ms", "p999_ms", "max_ms", "errors")}
 
 
 def run(label, server, etcdctl, bench, keys, value_size, versions, rate, work):
@@ -45,8 +65,9 @@ def run(label, server, etcdctl, bench, keys, value_size, versions, rate, work):
             load(bench, ep, keys, value_size)
         rev = status(etcdctl, ep)["header"]["revision"]
         row = {"server": label, "keys": keys, "value_bytes": value_size, "revisions": rev}
-        quiet = paced_puts(bench, ep, 10, rate, value_size, keys)
-        row["quiet"] = {k: quiet[k] for k in ("p99_ms", "p999_ms", "max_ms", "errors")}
+        quiet = paced_load(bench, ep, 10, rate, value_size, keys)
+        row["quiet"] = summary(quiet["put"])
+        row["quiet_range"] = summary(quiet["range"])
         for name, args in (("compaction", ["compaction", "--physical", str(rev)]),
                            ("defrag", ["defrag"])):
             took = {}
@@ -59,10 +80,11 @@ def run(label, server, etcdctl, bench, keys, value_size, versions, rate, work):
 
             t = threading.Thread(target=maintenance)
             t.start()
-            during = paced_puts(bench, ep, 12, rate, value_size, keys)
+            during = paced_load(bench, ep, 12, rate, value_size, keys)
             t.join()
-            row[name] = {k: during[k] for k in ("p99_ms", "p999_ms", "max_ms", "errors")}
+            row[name] = summary(during["put"])
             row[name]["took_s"] = took.get("s")
+            row[f"{name}_range"] = summary(during["range"])
         return row
     finally:
         stop([proc])
@@ -81,13 +103,15 @@ def main():
     for label, server in servers(a):
         rows.append(run(label, server, etcdctl, a.bench, a.keys, a.value_size, a.versions, a.rate, a.work))
         print(json.dumps(rows[-1]), flush=True)
-    table = ("| server | phase | took (s) | put p99 (ms) | p99.9 (ms) | longest put (ms) | errors |\n"
-             "|---|---|---:|---:|---:|---:|---:|\n")
+    table = ("| server | phase | took (s) | put p99 (ms) | p99.9 (ms) | slowest put (ms) | "
+             "range p99 (ms) | p99.9 (ms) | slowest range (ms) | errors |\n"
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
     for r in rows:
         for phase in ("quiet", "compaction", "defrag"):
-            p = r[phase]
+            p, q = r[phase], r[f"{phase}_range"]
             table += (f"| {r['server']} | {phase} | {p.get('took_s', '')} | {p['p99_ms']:.1f} | "
-                      f"{p['p999_ms']:.1f} | {p['max_ms']:.1f} | {p['errors']} |\n")
+                      f"{p['p999_ms']:.1f} | {p['max_ms']:.1f} | {q['p99_ms']:.1f} | "
+                      f"{q['p999_ms']:.1f} | {q['max_ms']:.1f} | {p['errors'] + q['errors']} |\n")
     print(table)
     if a.out:
         save(a.out, "maintenance-stall", rows, table)
