@@ -78,6 +78,10 @@ pub struct Args {
     /// Distinct keys.
     #[arg(long, default_value_t = 10_000)]
     pub key_space: usize,
+    /// The read workloads' keys are already there (written by `load` with the same
+    /// `--key-space`): they are not written first.
+    #[arg(long)]
+    pub no_prefill: bool,
     /// Value size in bytes.
     #[arg(long, default_value_t = 256)]
     pub value_size: usize,

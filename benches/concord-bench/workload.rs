@@ -48,7 +48,9 @@ pub async fn run(args: &Args) -> anyhow::Result<Measured> {
         m.elapsed = started.elapsed();
         return Ok(m);
     }
-    prefill(args, &channels).await?;
+    if !args.no_prefill {
+        prefill(args, &channels).await?;
+    }
     let args = Arc::new(args.clone());
     let measure_from = Instant::now() + WARMUP;
     let end = measure_from + args.duration;

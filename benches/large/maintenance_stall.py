@@ -32,7 +32,9 @@ def ctl(etcdctl, endpoint, *args, check=True):
 def paced(bench, workload, endpoint, seconds, rate, value_size, keys):
     out = subprocess.run([bench, workload, "--endpoints", endpoint, "--clients", "8", "--conns", "4",
                           "--rate", str(rate), "--duration", f"{seconds}s", "--value-size",
-                          str(value_size), "--key-space", str(keys), "--json"],
+                          str(value_size), "--key-space", str(keys), "--json",
+                          # The keys were loaded: ranges read them, not write them first.
+                          *(["--no-prefill"] if workload == "range" else [])],
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
