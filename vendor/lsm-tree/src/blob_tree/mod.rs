@@ -599,13 +599,8 @@ impl AbstractTree for BlobTree {
     fn get<K: AsRef<[u8]>>(&self, key: K, seqno: SeqNo) -> crate::Result<Option<crate::UserValue>> {
         let key = key.as_ref();
 
-        #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
-        let super_version = self
-            .index
-            .version_history
-            .read()
-            .expect("lock is poisoned")
-            .get_version_for_snapshot(seqno);
+        // Concord patch: through the index's mirror when it can (see `Tree::get_version_for_snapshot`).
+        let super_version = self.index.get_version_for_snapshot(seqno);
 
         let Some(item) = crate::Tree::get_internal_entry_from_version(&super_version, key, seqno)?
         else {

@@ -155,12 +155,7 @@ impl AbstractTree for Tree {
     }
 
     fn get_internal_entry(&self, key: &[u8], seqno: SeqNo) -> crate::Result<Option<InternalValue>> {
-        #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
-        let super_version = self
-            .version_history
-            .read()
-            .expect("lock is poisoned")
-            .get_version_for_snapshot(seqno);
+        let super_version = self.get_version_for_snapshot(seqno);
 
         Self::get_internal_entry_from_version(&super_version, key, seqno)
     }
@@ -534,11 +529,7 @@ impl AbstractTree for Tree {
 
     fn active_memtable(&self) -> Arc<Memtable> {
         // Concord patch: through the mirror (see `append_entry`).
-        #[expect(clippy::expect_used, reason = "the mirror is published at creation")]
-        self.latest
-            .active_memtable()
-            .clone()
-            .expect("the active memtable is published")
+        self.latest.active_memtable()
     }
 
     #[expect(clippy::significant_drop_tightening)]
@@ -754,6 +745,12 @@ impl Tree {
     }
 
     pub(crate) fn get_version_for_snapshot(&self, seqno: SeqNo) -> SuperVersion {
+        // Concord patch: a read of the newest data takes the latest version from the mirror,
+        // not waiting for a new version's fsyncs under the history's lock (see
+        // `crate::version::Latest::version_for_snapshot`).
+        if let Some(latest) = self.latest.version_for_snapshot(seqno) {
+            return latest;
+        }
         #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
         self.version_history
             .read()
@@ -875,12 +872,7 @@ impl Tree {
         seqno: SeqNo,
         ephemeral: Option<(Arc<Memtable>, SeqNo)>,
     ) -> impl DoubleEndedIterator<Item = crate::Result<KvPair>> + 'static {
-        #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
-        let super_version = self
-            .version_history
-            .read()
-            .expect("lock is poisoned")
-            .get_version_for_snapshot(seqno);
+        let super_version = self.get_version_for_snapshot(seqno);
 
         Self::create_internal_range(super_version, range, seqno, ephemeral).map(|item| match item {
             Ok(kv) => Ok((kv.key.user_key, kv.value)),
@@ -913,20 +905,15 @@ impl Tree {
         if let Ok(history) = self.version_history.try_read() {
             // The mirror is the latest super version's (the history first, as `publish` locks;
             // not checked while the history is locked for writing, not to wait for it).
-            let mirrored = self.latest.active_memtable();
             assert!(
-                mirrored
-                    .as_ref()
-                    .is_some_and(|m| Arc::ptr_eq(m, &history.latest_version().active_memtable)),
+                Arc::ptr_eq(
+                    &self.latest.active_memtable(),
+                    &history.latest_version().active_memtable
+                ),
                 "the mirrored active memtable is the latest version's",
             );
         }
-        let active = self.latest.active_memtable();
-        #[expect(clippy::expect_used, reason = "the mirror is published at creation")]
-        active
-            .as_ref()
-            .expect("the active memtable is published")
-            .insert(value)
+        self.latest.insert_active(value)
     }
 
     /// Recovers previous state, by loading the level manifest, tables and blob files.

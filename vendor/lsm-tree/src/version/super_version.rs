@@ -11,10 +11,7 @@ use crate::{
 use std::{
     collections::VecDeque,
     path::Path,
-    sync::{
-        atomic::{AtomicUsize, Ordering},
-        Arc, RwLock, RwLockReadGuard,
-    },
+    sync::{Arc, RwLock, RwLockReadGuard},
 };
 
 /// A super version is a point-in-time snapshot of memtables and a [`Version`] (list of disk files)
@@ -35,60 +32,78 @@ pub struct SuperVersion {
 
 pub struct SuperVersions(VecDeque<SuperVersion>, Arc<Latest>);
 
-/// Concord patch: what writers need of the latest super version, kept beside the version
-/// history so that they do not take its lock.
+/// Concord patch: the latest super version, kept beside the version history so that writers
+/// and reads of the newest data do not take its lock.
 ///
 /// The history's write lock is held while a new version is persisted (a file, its fsync, the
 /// directory's, the `current` file's), which on a busy disk takes tens of milliseconds. A
-/// memtable insert took the history's read lock only to find the active memtable, so every
-/// write of the tree waited for those fsyncs. The mirror changes only where the latest super
-/// version changes ([`SuperVersions::append_version`], [`SuperVersions::replace_latest_version`]),
-/// under the history's write lock; an insert holds the mirror's read lock while it inserts, so a
-/// rotation (which takes the mirror's write lock) still never races an insert.
+/// memtable insert took the history's read lock only to find the active memtable, and a read
+/// to find the newest version, so every write and read of the tree waited for those fsyncs.
+/// The mirror changes only where the latest super version changes
+/// ([`SuperVersions::append_version`], [`SuperVersions::replace_latest_version`]), under the
+/// history's write lock. An insert holds the mirror's read lock while it inserts, so a rotation
+/// (which takes the mirror's write lock) still never races an insert.
 #[derive(Default)]
-pub struct Latest {
-    active_memtable: RwLock<Option<Arc<Memtable>>>,
-    l0_run_count: AtomicUsize,
-    sealed_memtable_count: AtomicUsize,
-}
+pub struct Latest(RwLock<Option<SuperVersion>>);
 
 impl Latest {
     fn publish(&self, super_version: &SuperVersion) {
         #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
-        let mut active = self.active_memtable.write().expect("lock is poisoned");
-        if !active
-            .as_ref()
-            .is_some_and(|a| Arc::ptr_eq(a, &super_version.active_memtable))
-        {
-            *active = Some(super_version.active_memtable.clone());
-        }
-        drop(active);
-        self.l0_run_count.store(
-            super_version
-                .version
-                .level(0)
-                .map(|x| x.run_count())
-                .unwrap_or_default(),
-            Ordering::Release,
-        );
-        self.sealed_memtable_count
-            .store(super_version.sealed_memtables.len(), Ordering::Release);
+        let mut latest = self.0.write().expect("lock is poisoned");
+        *latest = Some(super_version.clone());
     }
 
-    /// The active memtable, locked against a rotation for as long as the guard lives.
-    pub(crate) fn active_memtable(&self) -> RwLockReadGuard<'_, Option<Arc<Memtable>>> {
+    fn read(&self) -> RwLockReadGuard<'_, Option<SuperVersion>> {
         #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
-        self.active_memtable.read().expect("lock is poisoned")
+        self.0.read().expect("lock is poisoned")
+    }
+
+    /// Inserts into the active memtable, which no rotation replaces meanwhile.
+    pub(crate) fn insert_active(&self, value: crate::InternalValue) -> (u64, u64) {
+        let latest = self.read();
+        #[expect(clippy::expect_used, reason = "published when the history is created")]
+        latest
+            .as_ref()
+            .expect("the latest super version is published")
+            .active_memtable
+            .insert(value)
+    }
+
+    /// The active memtable.
+    pub(crate) fn active_memtable(&self) -> Arc<Memtable> {
+        #[expect(clippy::expect_used, reason = "published when the history is created")]
+        self.read()
+            .as_ref()
+            .expect("the latest super version is published")
+            .active_memtable
+            .clone()
+    }
+
+    /// The latest super version if it is the one a read at `seqno` takes (the newest with a
+    /// lower sequence number, see [`SuperVersions::get_version_for_snapshot`]); `None` for an
+    /// older snapshot. A version being persisted meanwhile is not taken: the latest one still
+    /// holds the same data (its memtables and tables live as long as it is referenced), as a
+    /// read that took the history's lock just before would have had.
+    pub(crate) fn version_for_snapshot(&self, seqno: SeqNo) -> Option<SuperVersion> {
+        if seqno == 0 {
+            return None;
+        }
+        self.read().as_ref().filter(|v| v.seqno < seqno).cloned()
     }
 
     /// Runs in level 0 of the latest version.
     pub(crate) fn l0_run_count(&self) -> usize {
-        self.l0_run_count.load(Ordering::Acquire)
+        self.read()
+            .as_ref()
+            .and_then(|v| v.version.level(0).map(|x| x.run_count()))
+            .unwrap_or_default()
     }
 
     /// Sealed memtables of the latest super version.
     pub(crate) fn sealed_memtable_count(&self) -> usize {
-        self.sealed_memtable_count.load(Ordering::Acquire)
+        self.read()
+            .as_ref()
+            .map_or(0, |v| v.sealed_memtables.len())
     }
 }
 
