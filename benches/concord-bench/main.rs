@@ -10,6 +10,7 @@
 //! concord-bench --watchers 1000 watch        # 1 writer, 1000 watchers
 //! concord-bench --endpoints https://127.0.0.1:2379 --cacert ca.crt --cert c.crt --key c.key put
 //! concord-bench --user alice:secret range    # auth on: log in, a token with every request
+//! concord-bench snapshot                     # stream a snapshot, check its digest, keep nothing
 //! ```
 //!
 //! `benches/compare.py` runs every workload against Concord and reference etcd, alternating.
@@ -20,6 +21,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod authed;
 mod report;
+mod snapshot;
 mod workload;
 
 use std::time::Duration;
@@ -51,6 +53,9 @@ pub enum Workload {
     Watch,
     /// Writes every key of the key space once (to load a server), then stops.
     Load,
+    /// Streams one `Maintenance.Snapshot` from the first endpoint, keeps nothing, checks its
+    /// digest, and prints its size and time as JSON.
+    Snapshot,
 }
 
 /// Flags.
@@ -130,6 +135,10 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.workload == Workload::Snapshot {
+        println!("{}", snapshot::stream(&args).await?);
+        return Ok(());
+    }
     let before = report::ProcStats::read(&args.server_pids);
     let result = workload::run(&args).await?;
     let after = report::ProcStats::read(&args.server_pids);

@@ -111,7 +111,8 @@ fn tls_config(args: &Args) -> anyhow::Result<Option<std::sync::Arc<rustls::Clien
     Ok(Some(config))
 }
 
-async fn connect(args: &Args) -> anyhow::Result<Vec<Channel>> {
+/// One channel per `--conns`, over the endpoints in turn, logged in with `--user`.
+pub(crate) async fn connect(args: &Args) -> anyhow::Result<Vec<Channel>> {
     let tls = tls_config(args)?;
     let mut channels = Vec::new();
     for i in 0..args.conns.max(1) {
@@ -371,7 +372,7 @@ impl Client {
                     _ => Err(Status::internal("lease lost")),
                 }
             }
-            Workload::Watch | Workload::Load => Ok(()),
+            Workload::Watch | Workload::Load | Workload::Snapshot => Ok(()),
         }
     }
 

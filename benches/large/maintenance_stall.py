@@ -7,7 +7,8 @@ runs of the same paced load, puts and single-key ranges side by side (concord-be
 `range` with `--rate`, 8 clients each): quiet, while a compaction of every revision but the last
 is applied (`etcdctl compaction --physical`), and while `etcdctl defrag` runs. Reported: p99,
 p99.9 and the slowest put and range of each run, and how long the compaction and the
-defragmentation took.
+defragmentation took. `--keep` keeps the data dir; `--reuse DIR` runs the phases again on
+such a dir without loading it, to compare two builds on one state.
 
     benches/large/maintenance_stall.py --etcd-dir .etcd-ref/bin/etcd-ref \\
         --concord target/release/concord --bench target/release/concord-bench --out benches/large/
@@ -58,12 +59,13 @@ def summary(result):
     return {k: result[k] for k in ("p99_ms", "p999_ms", "max_ms", "errors")}
 
 
-def run(label, server, etcdctl, bench, keys, value_size, versions, rate, work):
-    d = tempfile.mkdtemp(prefix=f"stall-{label.split()[0]}-", dir=work)
+def run(label, server, etcdctl, bench, keys, value_size, versions, rate, work, keep=False,
+        reuse=None):
+    d = reuse or tempfile.mkdtemp(prefix=f"stall-{label.split()[0]}-", dir=work)
     proc, ep = member(server, "m0", 25790, f"{d}/m0", log=f"{d}/server.log")
     try:
-        wait_healthy(etcdctl, ep)
-        for _ in range(versions):
+        wait_healthy(etcdctl, ep, within=1200)
+        for _ in range(0 if reuse else versions):
             load(bench, ep, keys, value_size)
         rev = status(etcdctl, ep)["header"]["revision"]
         row = {"server": label, "keys": keys, "value_bytes": value_size, "revisions": rev}
@@ -90,7 +92,10 @@ def run(label, server, etcdctl, bench, keys, value_size, versions, rate, work):
         return row
     finally:
         stop([proc])
-        shutil.rmtree(d, ignore_errors=True)
+        if keep or reuse:
+            print("kept", d, flush=True)
+        else:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def main():
@@ -99,11 +104,15 @@ def main():
     ap.add_argument("--value-size", type=int, default=1024)
     ap.add_argument("--versions", type=int, default=3)
     ap.add_argument("--rate", type=int, default=1000)
+    ap.add_argument("--keep", action="store_true", help="keep the data dir (printed at the end)")
+    ap.add_argument("--reuse", metavar="DIR",
+                    help="a data dir kept by --keep: no load, its state as it is (one server)")
     a = ap.parse_args()
     etcdctl = f"{a.etcd_dir}/etcdctl"
     rows = []
     for label, server in servers(a):
-        rows.append(run(label, server, etcdctl, a.bench, a.keys, a.value_size, a.versions, a.rate, a.work))
+        rows.append(run(label, server, etcdctl, a.bench, a.keys, a.value_size, a.versions, a.rate,
+                        a.work, a.keep, a.reuse))
         print(json.dumps(rows[-1]), flush=True)
     table = ("| server | phase | took (s) | put p99 (ms) | p99.9 (ms) | slowest put (ms) | "
              "range p99 (ms) | p99.9 (ms) | slowest range (ms) | errors |\n"

@@ -9,7 +9,10 @@ size of the data dir, the time to serve again after a restart (SIGTERM, start, u
 endpoint health` succeeds) and the RSS then, the peak RSS above that while the snapshot is
 saved, time for the new member to catch up, the sender's and the newcomer's peak RSS
 meanwhile (sampled every 20 ms from /proc), and the newcomer's RSS 5 s after it caught up. `--name` names the result files (the 8 GiB profile:
-`--keys 4194304 --value-size 2048 --name large-profile-8g`).
+`--keys 4194304 --value-size 2048 --name large-profile-8g`). For a state the disk cannot hold
+twice: `--stream-snapshot` (the snapshot streamed and its digest checked, nothing kept),
+`--no-snapshot` (the server too writes a snapshot file before it sends it) and `--no-join`;
+`--defrag` adds paced puts and ranges, first alone, then during a defrag.
 
     benches/large/snapshot_memory.py --etcd-dir .etcd-ref/bin/etcd-ref \\
         --concord target/release/concord --bench target/release/concord-bench --out benches/large/
@@ -23,6 +26,7 @@ import tempfile
 import threading
 import time
 
+from maintenance_stall import ctl, paced_load
 from members import arguments, load, member, rss_mib, save, servers, status, stop, wait_healthy
 
 
@@ -49,7 +53,7 @@ class Peak:
 
 
 
-def run(label, server, etcdctl, bench, keys, value_size, work):
+def run(label, server, etcdctl, bench, keys, value_size, work, opts):
     d = tempfile.mkdtemp(prefix=f"large-{label}-", dir=work)
     port = 23790
     cluster = f"m0=http://127.0.0.1:{port + 1}"
@@ -75,12 +79,32 @@ def run(label, server, etcdctl, bench, keys, value_size, work):
         steady = rss_mib(m0.pid)
         peak = Peak([m0.pid])
         started = time.time()
-        subprocess.run([etcdctl, "--endpoints", ep0, "snapshot", "save", f"{d}/backup.db"],
-                       check=True, capture_output=True)
-        save_s = time.time() - started
+        if opts.no_snapshot:
+            size = None
+        elif opts.stream_snapshot:
+            # Streamed and thrown away (digest checked): for states the disk cannot hold twice.
+            out = subprocess.run([bench, "snapshot", "--endpoints", ep0, "--conns", "1"],
+                                 check=True, capture_output=True, text=True)
+            size = json.loads(out.stdout.strip().splitlines()[-1])["bytes"]
+        else:
+            subprocess.run([etcdctl, "--endpoints", ep0, "snapshot", "save", f"{d}/backup.db"],
+                           check=True, capture_output=True)
+            size = os.path.getsize(f"{d}/backup.db")
+            os.unlink(f"{d}/backup.db")
+        save_s = None if opts.no_snapshot else round(time.time() - started, 1)
         save_peak = peak.done()[m0.pid]
-        size = os.path.getsize(f"{d}/backup.db")
-        os.unlink(f"{d}/backup.db")
+        row = {
+            "server": label, "keys": keys, "value_bytes": value_size,
+            "load_s": round(load_s, 1), "rss_after_load_mib": round(rss_after_load),
+            "disk_gib": round(disk / 2**30, 2), "restart_s": round(restart_s, 2),
+            "rss_after_restart_mib": round(steady),
+            "snapshot_bytes": size, "snapshot_save_s": save_s,
+            "snapshot_save_rss_above_mib": None if opts.no_snapshot else round(save_peak - steady),
+        }
+        if opts.defrag:
+            row.update(defrag_under_load(etcdctl, bench, ep0, keys, value_size))
+        if opts.no_join:
+            return row
         # A second member: it must be sent a snapshot (the log was compacted long ago).
         peer1 = f"http://127.0.0.1:{port + 11}"
         subprocess.run([etcdctl, "--endpoints", ep0, "member", "add", "m1", f"--peer-urls={peer1}"],
@@ -107,13 +131,7 @@ def run(label, server, etcdctl, bench, keys, value_size, work):
         # most 256 MiB above it).
         time.sleep(5)
         newcomer_steady = rss_mib(m1.pid)
-        return {
-            "server": label, "keys": keys, "value_bytes": value_size,
-            "load_s": round(load_s, 1), "rss_after_load_mib": round(rss_after_load),
-            "disk_gib": round(disk / 2**30, 2), "restart_s": round(restart_s, 2),
-            "rss_after_restart_mib": round(steady),
-            "snapshot_bytes": size, "snapshot_save_s": round(save_s, 1),
-            "snapshot_save_rss_above_mib": round(save_peak - steady),
+        return row | {
             "new_member_caught_up_s": round(join_s, 1),
             "sender_rss_above_mib": round(peaks[m0.pid] - steady0),
             "newcomer_peak_rss_mib": round(peaks[m1.pid]),
@@ -124,24 +142,67 @@ def run(label, server, etcdctl, bench, keys, value_size, work):
         shutil.rmtree(d, ignore_errors=True)
 
 
+def defrag_under_load(etcdctl, bench, endpoint, keys, value_size):
+    """Paced puts and ranges (1,000/s each) for 12 s without maintenance, then again while
+    `etcdctl defrag` runs, as in maintenance_stall.py: the defrag's time and each side's p99 and
+    slowest request in both."""
+    quiet = paced_load(bench, endpoint, 12, 1000, value_size, keys)
+    print("defrag starting", flush=True)
+    took = {}
+
+    def defrag():
+        time.sleep(2)
+        started = time.time()
+        ctl(etcdctl, endpoint, "defrag")
+        took["s"] = round(time.time() - started, 1)
+
+    t = threading.Thread(target=defrag)
+    t.start()
+    during = paced_load(bench, endpoint, 12, 1000, value_size, keys)
+    t.join()
+    return {"quiet_put_p99_ms": quiet["put"]["p99_ms"],
+            "quiet_put_max_ms": quiet["put"]["max_ms"],
+            "quiet_range_p99_ms": quiet["range"]["p99_ms"],
+            "quiet_range_max_ms": quiet["range"]["max_ms"],
+            "defrag_s": took.get("s"),
+            "defrag_put_p99_ms": during["put"]["p99_ms"],
+            "defrag_put_max_ms": during["put"]["max_ms"],
+            "defrag_range_p99_ms": during["range"]["p99_ms"],
+            "defrag_range_max_ms": during["range"]["max_ms"],
+            "defrag_errors": during["put"]["errors"] + during["range"]["errors"]}
+
+
 def main():
     ap = arguments(__doc__)
     ap.add_argument("--keys", type=int, default=65536)
     ap.add_argument("--value-size", type=int, default=16384)
     ap.add_argument("--name", default="snapshot-memory")
+    ap.add_argument("--stream-snapshot", action="store_true",
+                    help="stream the snapshot with concord-bench and keep nothing of it (for a "
+                    "state the disk cannot hold twice), instead of etcdctl snapshot save")
+    ap.add_argument("--no-snapshot", action="store_true",
+                    help="no snapshot at all (the server writes it to its disk before it sends it)")
+    ap.add_argument("--no-join", action="store_true",
+                    help="no second member (its copy of the state would not fit on the disk)")
+    ap.add_argument("--defrag", action="store_true",
+                    help="also paced puts and ranges during a defrag, after the snapshot")
     a = ap.parse_args()
     etcdctl = f"{a.etcd_dir}/etcdctl"
     rows = []
     for label, server in servers(a):
-        rows.append(run(label, server, etcdctl, a.bench, a.keys, a.value_size, a.work))
+        rows.append(run(label, server, etcdctl, a.bench, a.keys, a.value_size, a.work, a))
         print(json.dumps(rows[-1]), flush=True)
     cols = ["load_s", "rss_after_load_mib", "disk_gib", "restart_s", "rss_after_restart_mib",
             "snapshot_save_s", "snapshot_save_rss_above_mib",
             "new_member_caught_up_s", "sender_rss_above_mib", "newcomer_peak_rss_mib",
             "newcomer_rss_after_mib"]
+    cols += ["quiet_put_p99_ms", "quiet_put_max_ms", "quiet_range_p99_ms", "quiet_range_max_ms",
+             "defrag_s", "defrag_put_p99_ms", "defrag_put_max_ms", "defrag_range_p99_ms",
+             "defrag_range_max_ms", "defrag_errors"]
+    cols = [c for c in cols if any(c in r for r in rows)]
     table = "| server | " + " | ".join(cols) + " |\n|---|" + "---:|" * len(cols) + "\n"
     for r in rows:
-        table += f"| {r['server']} | " + " | ".join(str(r[c]) for c in cols) + " |\n"
+        table += f"| {r['server']} | " + " | ".join(str(r.get(c, "")) for c in cols) + " |\n"
     print(table)
     if a.out:
         save(a.out, a.name, rows, table)

@@ -230,3 +230,36 @@ mod tests {
         assert_eq!(1, attempts);
     }
 }
+
+/// Concord patch: how many bytes a table or blob file writer leaves unsynced at most.
+///
+/// A writer that fsyncs only at the end leaves the whole file (64 MiB and more) in the page
+/// cache and then queues it on the disk at once; every small fsync of another file (the Raft
+/// log's) waits behind that queue, for hundreds of milliseconds on a busy disk. Syncing every
+/// few MiB keeps the queue short, as RocksDB's `bytes_per_sync` does.
+pub const SYNC_EVERY_BYTES: u64 = 2 * 1_024 * 1_024;
+
+/// Concord patch: counts the bytes a file writer wrote since its last sync, and syncs when
+/// they reach [`SYNC_EVERY_BYTES`].
+#[derive(Default)]
+pub struct SyncPacer {
+    unsynced: u64,
+}
+
+impl SyncPacer {
+    /// Records `bytes` written through `writer`; flushes and syncs its file's data once
+    /// [`SYNC_EVERY_BYTES`] have gathered.
+    pub fn wrote(
+        &mut self,
+        bytes: u64,
+        writer: &mut std::io::BufWriter<File>,
+    ) -> std::io::Result<()> {
+        self.unsynced += bytes;
+        if self.unsynced >= SYNC_EVERY_BYTES {
+            writer.flush()?;
+            writer.get_ref().sync_data()?;
+            self.unsynced = 0;
+        }
+        Ok(())
+    }
+}

@@ -92,6 +92,9 @@ pub struct Writer {
     linked_blob_files: Vec<LinkedFile>,
 
     initial_level: u8,
+
+    /// Concord patch: syncs the file every few MiB (see `crate::file::SYNC_EVERY_BYTES`).
+    sync_pacer: crate::file::SyncPacer,
 }
 
 impl Writer {
@@ -140,6 +143,8 @@ impl Writer {
             previous_item: None,
 
             linked_blob_files: Vec::new(),
+
+            sync_pacer: crate::file::SyncPacer::default(),
         })
     }
 
@@ -328,6 +333,10 @@ impl Writer {
             reason = "block header is a couple of bytes only, so cast is fine"
         )]
         let bytes_written = BlockHeader::serialized_len() as u32 + header.data_length;
+
+        // Concord patch: keep the disk's write queue short (see `crate::file::SyncPacer`).
+        self.sync_pacer
+            .wrote(u64::from(bytes_written), self.file_writer.get_mut().inner_mut())?;
 
         self.index_writer
             .register_data_block(KeyedBlockHandle::new(

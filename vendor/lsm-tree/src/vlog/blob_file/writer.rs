@@ -54,6 +54,9 @@ pub struct Writer {
     pub(crate) last_key: Option<UserKey>,
 
     pub(crate) blob_compression: BlobCompression,
+
+    /// Concord patch: syncs the file every few MiB (see `crate::file::SYNC_EVERY_BYTES`).
+    sync_pacer: crate::file::SyncPacer,
 }
 
 impl Writer {
@@ -91,6 +94,8 @@ impl Writer {
             last_key: None,
 
             blob_compression: BlobCompression::default(),
+
+            sync_pacer: crate::file::SyncPacer::default(),
         })
     }
 
@@ -190,6 +195,12 @@ impl Writer {
 
         self.offset += key.len() as u64;
         self.offset += value.len() as u64;
+
+        // Concord patch: keep the disk's write queue short (see `crate::file::SyncPacer`).
+        self.sync_pacer.wrote(
+            (BLOB_HEADER_LEN + key.len() + value.len()) as u64,
+            self.writer.get_mut().inner_mut(),
+        )?;
 
         // Update metadata
         self.written_blob_bytes += value.len() as u64;
