@@ -146,8 +146,8 @@ def defrag_under_load(etcdctl, bench, endpoint, keys, value_size):
     """Paced puts and ranges (1,000/s each) for 12 s without maintenance, then again while
     `etcdctl defrag` runs, as in maintenance_stall.py: the defrag's time and each side's p99 and
     slowest request in both."""
+    print("paced load starting", flush=True)
     quiet = paced_load(bench, endpoint, 12, 1000, value_size, keys)
-    print("defrag starting", flush=True)
     took = {}
 
     def defrag():
