@@ -1,6 +1,6 @@
 //! `snapshot`: streams `Maintenance.Snapshot` and keeps nothing of it, checking its trailing
-//! SHA-256 as `etcdctl snapshot save` does. For a database larger than the client's disk: how
-//! long the server takes to send its snapshot, and (with `--server-pids`) what it costs it.
+//! SHA-256 as `etcdctl snapshot save` does: how long the server takes to make and send its
+//! snapshot, for a database the client's disk could not hold.
 
 use std::time::Instant;
 
