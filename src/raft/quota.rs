@@ -68,9 +68,14 @@ impl QuotaMeter {
         self.pending.fetch_add(bytes, Relaxed);
     }
 
-    /// Forgets the measurement (after a defragment): the next write measures in place.
+    /// Makes the measurement stale (after a defragment): the next write starts a new one in
+    /// the background and goes on with the old size meanwhile, which errs towards refusing (a
+    /// defragment only shrinks the state). Measuring in place there held a request's worker
+    /// behind fjall's version lock, which the defragment's last table change holds through its
+    /// fsyncs.
     pub fn invalidate(&self) {
-        self.measured_ms.store(0, Relaxed);
+        // 1, not 0: 0 means "never measured", which the next write measures in place.
+        self.measured_ms.store(1, Relaxed);
     }
 
     /// Takes a measurement and ends the one in flight. Until it is stored, readers keep seeing
@@ -104,9 +109,29 @@ mod tests {
         meter.admit(1000);
         meter.admit(24);
         assert_eq!(meter.pending.load(Relaxed), 1024);
-        // Invalidated, the next call measures in place: the admitted bytes are in the
-        // measurement (here: nothing was written, so they are simply gone).
+        // Invalidated, the next call measures again (in place here, outside a runtime): the
+        // admitted bytes are in the measurement (nothing was written, so they are simply gone).
+        std::thread::sleep(std::time::Duration::from_millis(MEASURE_EVERY_MS + 10));
         meter.invalidate();
+        assert_eq!(meter.size(), storage.state_size());
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_write_after_a_defragment_does_not_measure_in_place() -> StorageResult<()> {
+        let dir = tempfile::tempdir().map_err(|e| crate::storage::StorageError(e.to_string()))?;
+        let storage = Storage::open(dir.path())?;
+        let meter = QuotaMeter::new(storage.clone());
+        let measured = meter.size();
+        meter.admit(500);
+        tokio::time::sleep(std::time::Duration::from_millis(MEASURE_EVERY_MS + 10)).await;
+        meter.invalidate();
+        // The old size and the admitted bytes, at once: the measurement runs elsewhere.
+        assert_eq!(meter.size(), measured + 500);
+        while meter.measuring.load(Relaxed) {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        assert_eq!(meter.pending.load(Relaxed), 0);
         assert_eq!(meter.size(), storage.state_size());
         Ok(())
     }
