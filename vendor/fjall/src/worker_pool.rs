@@ -251,6 +251,11 @@ fn worker_tick(ctx: &WorkerState) -> crate::Result<bool> {
             // NOTE: Let one worker prioritize flushing if there are pending flushes
             if ctx.pool_size > 1 && ctx.worker_id == 0 {
                 ctx.sender.try_send(WorkerMessage::Compact(keyspace)).ok();
+                // Concord patch: while the other workers are busy (a long compaction), this
+                // worker got the message straight back and passed it on again in a hot loop,
+                // a whole core on a two-core machine. A short sleep lets another worker take
+                // it; a flush queued meanwhile waits at most that long.
+                std::thread::sleep(std::time::Duration::from_millis(1));
                 return Ok(false);
             }
 
