@@ -117,22 +117,37 @@ mod tests {
         Ok(())
     }
 
-    #[tokio::test]
-    async fn a_write_after_a_defragment_does_not_measure_in_place() -> StorageResult<()> {
-        let dir = tempfile::tempdir().map_err(|e| crate::storage::StorageError(e.to_string()))?;
+    #[test]
+    fn a_write_after_a_defragment_does_not_measure_in_place() -> StorageResult<()> {
+        let failed = |e: std::io::Error| crate::storage::StorageError(e.to_string());
+        let dir = tempfile::tempdir().map_err(failed)?;
         let storage = Storage::open(dir.path())?;
-        let meter = QuotaMeter::new(storage.clone());
-        let measured = meter.size();
-        meter.admit(500);
-        tokio::time::sleep(std::time::Duration::from_millis(MEASURE_EVERY_MS + 10)).await;
-        meter.invalidate();
-        // The old size and the admitted bytes, at once: the measurement runs elsewhere.
-        assert_eq!(meter.size(), measured + 500);
-        while meter.measuring.load(Relaxed) {
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        }
-        assert_eq!(meter.pending.load(Relaxed), 0);
-        assert_eq!(meter.size(), storage.state_size());
+        // One blocking thread, kept busy until released: a measurement started in the
+        // background cannot have run when `size` returns.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .max_blocking_threads(1)
+            .enable_time()
+            .build()
+            .map_err(failed)?;
+        runtime.block_on(async {
+            let meter = QuotaMeter::new(storage.clone());
+            let measured = meter.size();
+            meter.admit(500);
+            let (release, held) = std::sync::mpsc::channel::<()>();
+            let blocker = tokio::task::spawn_blocking(move || held.recv().is_ok());
+            tokio::time::sleep(std::time::Duration::from_millis(MEASURE_EVERY_MS + 10)).await;
+            meter.invalidate();
+            // The old size and the admitted bytes: the measurement waits for the thread.
+            assert_eq!(meter.size(), measured + 500);
+            assert!(meter.measuring.load(Relaxed));
+            let _ = release.send(());
+            let _ = blocker.await;
+            while meter.measuring.load(Relaxed) {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            assert_eq!(meter.pending.load(Relaxed), 0);
+            assert_eq!(meter.size(), storage.state_size());
+        });
         Ok(())
     }
 
