@@ -262,8 +262,10 @@ impl Table {
             } else {
                 None
             }
-        } else if let Some(_filter_tli_handle) = &self.regions.filter_tli {
-            unimplemented!("unpinned filter TLI not supported");
+        } else if self.regions.filter_tli.is_some() {
+            // Concord patch: an unpinned partitioned filter is not read; the lookup goes on
+            // without a filter (same answer, no shortcut) instead of panicking.
+            None
         } else if let Some(filter_block_handle) = &self.regions.filter {
             let block = self.load_block(
                 filter_block_handle,
@@ -649,8 +651,10 @@ impl Table {
     #[must_use]
     #[doc(hidden)]
     pub fn tombstone_ratio(&self) -> f32 {
-        todo!()
-
-        //  self.metadata.tombstone_count as f32 / self.metadata.key_count as f32
+        // Concord patch: upstream's commented-out formula, instead of a `todo!()`.
+        if self.metadata.item_count == 0 {
+            return 0.0;
+        }
+        self.metadata.tombstone_count as f32 / self.metadata.item_count as f32
     }
 }

@@ -163,7 +163,11 @@ impl Encodable<BlockOffset> for KeyedBlockHandle {
         _state: &mut BlockOffset,
         _shared_len: usize,
     ) -> crate::Result<()> {
-        unimplemented!()
+        // Concord patch: an error, not a panicking stub; index blocks never truncate handles.
+        Err(crate::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "truncated block handles are not written",
+        )))
     }
 
     fn key(&self) -> &[u8] {
@@ -246,6 +250,7 @@ impl Decodable<IndexBlockParsedItem> for KeyedBlockHandle {
         _offset: usize,
         _base_key_offset: usize,
     ) -> Option<IndexBlockParsedItem> {
-        unimplemented!()
+        // Concord patch: not parsed (never written, see `encode_truncated_into`), not a panic.
+        None
     }
 }
