@@ -55,6 +55,24 @@ def paced_load(bench, endpoint, seconds, rate, value_size, keys):
     return results
 
 
+def under_load(etcdctl, bench, endpoint, args, rate, value_size, keys):
+    """`etcdctl <args>` started 2 s into 12 s of paced puts and ranges: (its seconds, the
+    paced results)."""
+    took = {}
+
+    def maintenance():
+        time.sleep(2)
+        started = time.time()
+        ctl(etcdctl, endpoint, *args)
+        took["s"] = round(time.time() - started, 2)
+
+    t = threading.Thread(target=maintenance)
+    t.start()
+    during = paced_load(bench, endpoint, 12, rate, value_size, keys)
+    t.join()
+    return took.get("s"), during
+
+
 def summary(result):
     return {k: result[k] for k in ("p99_ms", "p999_ms", "max_ms", "errors")}
 
@@ -74,20 +92,9 @@ def run(label, server, etcdctl, bench, keys, value_size, versions, rate, work, k
         row["quiet_range"] = summary(quiet["range"])
         for name, args in (("compaction", ["compaction", "--physical", str(rev)]),
                            ("defrag", ["defrag"])):
-            took = {}
-
-            def maintenance():
-                time.sleep(2)
-                started = time.time()
-                ctl(etcdctl, ep, *args)
-                took["s"] = round(time.time() - started, 2)
-
-            t = threading.Thread(target=maintenance)
-            t.start()
-            during = paced_load(bench, ep, 12, rate, value_size, keys)
-            t.join()
+            took_s, during = under_load(etcdctl, bench, ep, args, rate, value_size, keys)
             row[name] = summary(during["put"])
-            row[name]["took_s"] = took.get("s")
+            row[name]["took_s"] = took_s
             row[f"{name}_range"] = summary(during["range"])
         return row
     finally:

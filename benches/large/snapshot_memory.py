@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 
-from maintenance_stall import ctl, paced_load
+from maintenance_stall import paced_load, under_load
 from members import arguments, load, member, rss_mib, save, servers, status, stop, wait_healthy
 
 
@@ -148,23 +148,12 @@ def defrag_under_load(etcdctl, bench, endpoint, keys, value_size):
     slowest request in both."""
     print("paced load starting", flush=True)
     quiet = paced_load(bench, endpoint, 12, 1000, value_size, keys)
-    took = {}
-
-    def defrag():
-        time.sleep(2)
-        started = time.time()
-        ctl(etcdctl, endpoint, "defrag")
-        took["s"] = round(time.time() - started, 1)
-
-    t = threading.Thread(target=defrag)
-    t.start()
-    during = paced_load(bench, endpoint, 12, 1000, value_size, keys)
-    t.join()
+    took_s, during = under_load(etcdctl, bench, endpoint, ["defrag"], 1000, value_size, keys)
     return {"quiet_put_p99_ms": quiet["put"]["p99_ms"],
             "quiet_put_max_ms": quiet["put"]["max_ms"],
             "quiet_range_p99_ms": quiet["range"]["p99_ms"],
             "quiet_range_max_ms": quiet["range"]["max_ms"],
-            "defrag_s": took.get("s"),
+            "defrag_s": took_s,
             "defrag_put_p99_ms": during["put"]["p99_ms"],
             "defrag_put_max_ms": during["put"]["max_ms"],
             "defrag_range_p99_ms": during["range"]["p99_ms"],
