@@ -1,13 +1,14 @@
-//! Writing a bbolt file in one pass, as a bulk load: each bucket's keys arrive in order and fill
-//! leaf pages one after the other; each level of branch pages above them keeps one page in the
-//! making, so memory is a page per level (plus a value larger than a page) whatever the file's
-//! size. Pages 0 and 1 (the metas) and 2 (an empty freelist) are written last, once the root
-//! bucket's page is known. Every page up to the high-water mark is in use, as bbolt's
-//! consistency check requires.
+//! Writing a bbolt file as a stream, as a bulk load in two passes over the same input: each
+//! bucket's keys arrive in order and fill leaf pages one after the other; each level of branch
+//! pages above them keeps one page in the making, so memory is a page per level (plus a value
+//! larger than a page) whatever the file's size. bbolt's metas come first in the file (pages 0
+//! and 1, then 2, an empty freelist) but name the root bucket's page and the page count, known
+//! only at the end: so a first pass ([`Writer::planning`]) writes nothing and measures the
+//! [`Layout`], and a second ([`Writer::new`]) writes the metas from it and then every page in
+//! order, to any [`Write`] (a file, or a stream to a client), never seeking. Every page up to the
+//! high-water mark is in use, as bbolt's consistency check requires.
 
-use std::fs::File;
-use std::io::{self, BufWriter, Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt;
+use std::io::{self, Write};
 
 use super::layout::{
     Meta, PageHeader, BRANCH_ELEMENT, BRANCH_PAGE, BUCKET_HEADER, BUCKET_LEAF, FREELIST_PAGE,
@@ -20,45 +21,103 @@ pub const PAGE_SIZE: usize = 4096;
 /// The first page a tree may use: 0 and 1 are the metas, 2 the freelist.
 const FIRST_DATA_PAGE: u64 = 3;
 
-/// Bytes buffered before the pages in the making go to the file.
-const BUFFER: usize = 1 << 20;
+/// Zeros for padding pages.
+static ZEROS: [u8; PAGE_SIZE] = [0; PAGE_SIZE];
 
-/// A bbolt file being written.
-pub struct Writer {
-    /// Appends the trees' pages, from page [`FIRST_DATA_PAGE`] on.
-    out: BufWriter<File>,
+/// Where a file's trees end up: what its metas name, measured by a first pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// The root bucket's page.
+    pub root: u64,
+    /// The pages in the file (its high-water mark).
+    pub pages: u64,
+}
+
+impl Layout {
+    /// The file's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.pages * PAGE_SIZE as u64
+    }
+}
+
+/// A bbolt file being written, or measured.
+pub struct Writer<W: Write> {
+    out: W,
+    /// What the metas already written say; `None` while measuring.
+    promised: Option<Layout>,
     next: u64,
     buckets: Vec<(Vec<u8>, u64)>,
 }
 
-impl Writer {
-    /// Starts a database in `file` (empty, or overwritten from its start).
+impl Writer<io::Sink> {
+    /// The first pass: writes nothing, and [`Writer::finish`] returns the [`Layout`] the second
+    /// pass needs.
+    pub fn planning() -> Self {
+        Writer {
+            out: io::sink(),
+            promised: None,
+            next: FIRST_DATA_PAGE,
+            buckets: Vec::new(),
+        }
+    }
+}
+
+impl<W: Write> Writer<W> {
+    /// The second pass: writes the metas (transaction ids 0 and 1, as bbolt initialises a file)
+    /// and the freelist for `layout` to `out` now, the pages as they fill. The buckets and keys
+    /// must be the first pass's, in the same order.
     ///
     /// # Errors
-    /// When `file` cannot seek.
-    pub fn new(mut file: File) -> io::Result<Writer> {
-        file.seek(SeekFrom::Start(FIRST_DATA_PAGE * PAGE_SIZE as u64))?;
+    /// On a write failure.
+    pub fn new(mut out: W, layout: Layout) -> io::Result<Self> {
+        for txid in [0u64, 1] {
+            let meta = Meta {
+                page_size: PAGE_SIZE as u32,
+                flags: 0,
+                root: layout.root,
+                sequence: 0,
+                freelist: 2,
+                pgid: layout.pages,
+                txid,
+            };
+            let header = PageHeader {
+                id: txid,
+                flags: META_PAGE,
+                count: 0,
+                overflow: 0,
+            };
+            write_page(&mut out, &[&header.encode()[..], &meta.encode()].concat())?;
+        }
+        let freelist = PageHeader {
+            id: 2,
+            flags: FREELIST_PAGE,
+            count: 0,
+            overflow: 0,
+        };
+        write_page(&mut out, &freelist.encode())?;
         Ok(Writer {
-            out: BufWriter::with_capacity(BUFFER, file),
+            out,
+            promised: Some(layout),
             next: FIRST_DATA_PAGE,
             buckets: Vec::new(),
         })
     }
 
     /// Starts the top-level bucket `name`; it is added when its [`BucketWriter::finish`] runs.
-    pub fn bucket(&mut self, name: &[u8]) -> BucketWriter<'_> {
+    pub fn bucket(&mut self, name: &[u8]) -> BucketWriter<'_, W> {
         BucketWriter {
             name: name.to_vec(),
             tree: Tree::new(self),
         }
     }
 
-    /// Writes the root bucket, the freelist and both metas (transaction ids 0 and 1, as bbolt
-    /// initialises a file); returns the file and its size.
+    /// Writes the root bucket; returns the output and the layout written (or, from
+    /// [`Writer::planning`], measured).
     ///
     /// # Errors
-    /// On a write failure.
-    pub fn finish(mut self) -> io::Result<(File, u64)> {
+    /// On a write failure, or when the second pass's pages differ from the first's (its input
+    /// was not the same).
+    pub fn finish(mut self) -> io::Result<(W, Layout)> {
         let mut buckets = std::mem::take(&mut self.buckets);
         buckets.sort();
         let mut root = Tree::new(&mut self);
@@ -68,63 +127,49 @@ impl Writer {
             root.add(name, &header, BUCKET_LEAF)?;
         }
         let root = root.finish()?;
-        let file = self.out.into_inner().map_err(|e| e.into_error())?;
-        let freelist = PageHeader {
-            id: 2,
-            flags: FREELIST_PAGE,
-            count: 0,
-            overflow: 0,
+        let layout = Layout {
+            root,
+            pages: self.next,
         };
-        write_page_at(&file, 2, &freelist.encode())?;
-        for txid in [0u64, 1] {
-            let meta = Meta {
-                page_size: PAGE_SIZE as u32,
-                flags: 0,
-                root,
-                sequence: 0,
-                freelist: 2,
-                pgid: self.next,
-                txid,
-            };
-            let header = PageHeader {
-                id: txid,
-                flags: META_PAGE,
-                count: 0,
-                overflow: 0,
-            };
-            write_page_at(
-                &file,
-                txid,
-                &[&header.encode()[..], &meta.encode()].concat(),
-            )?;
+        if self.promised.is_some_and(|p| p != layout) {
+            return Err(io::Error::other(format!(
+                "bbolt file changed between its passes: {:?} measured, {layout:?} written",
+                self.promised
+            )));
         }
-        Ok((file, self.next * PAGE_SIZE as u64))
+        self.out.flush()?;
+        Ok((self.out, layout))
     }
 
     /// Appends `bytes` as the next `pages` pages, zero-filled.
     fn append_pages(&mut self, bytes: &[u8], pages: usize) -> io::Result<()> {
-        self.out.write_all(bytes)?;
-        let padding = pages * PAGE_SIZE - bytes.len();
-        self.out.write_all(&vec![0u8; padding])?;
+        if self.promised.is_some() {
+            self.out.write_all(bytes)?;
+            let mut padding = pages * PAGE_SIZE - bytes.len();
+            while padding > 0 {
+                let n = padding.min(PAGE_SIZE);
+                self.out.write_all(&ZEROS[..n])?;
+                padding -= n;
+            }
+        }
         self.next += pages as u64;
         Ok(())
     }
 }
 
-/// Writes `bytes` as page `id` (one page, zero-filled) of `file`.
-fn write_page_at(file: &File, id: u64, bytes: &[u8]) -> io::Result<()> {
-    let mut page = vec![0u8; PAGE_SIZE];
-    page[..bytes.len()].copy_from_slice(bytes);
-    file.write_all_at(&page, id * PAGE_SIZE as u64)
+/// Writes `bytes` as one page, zero-filled.
+fn write_page(out: &mut impl Write, bytes: &[u8]) -> io::Result<()> {
+    out.write_all(bytes)?;
+    out.write_all(&ZEROS[..PAGE_SIZE - bytes.len()])
 }
 
 /// A top-level bucket being written: keys must come in strictly increasing order.
-pub struct BucketWriter<'w> {
+pub struct BucketWriter<'w, W: Write> {
     name: Vec<u8>,
-    tree: Tree<'w>,
+    tree: Tree<'w, W>,
 }
 
-impl BucketWriter<'_> {
+impl<W: Write> BucketWriter<'_, W> {
     /// Adds `key` with `value`.
     ///
     /// # Errors
@@ -160,16 +205,16 @@ struct Node {
 }
 
 /// One tree, written bottom-up: the leaf in the making and one branch in the making per level.
-struct Tree<'w> {
-    writer: &'w mut Writer,
+struct Tree<'w, W: Write> {
+    writer: &'w mut Writer<W>,
     leaf: Node,
     /// `branches[0]` points at leaves, each level above at the one below.
     branches: Vec<Node>,
     last_key: Option<Vec<u8>>,
 }
 
-impl<'w> Tree<'w> {
-    fn new(writer: &'w mut Writer) -> Self {
+impl<'w, W: Write> Tree<'w, W> {
+    fn new(writer: &'w mut Writer<W>) -> Self {
         Tree {
             writer,
             leaf: Node::default(),
@@ -253,7 +298,7 @@ impl<'w> Tree<'w> {
     }
 
     /// As [`Self::finish`], handing the writer back.
-    fn finish_keeping(mut self) -> io::Result<(&'w mut Writer, u64)> {
+    fn finish_keeping(mut self) -> io::Result<(&'w mut Writer<W>, u64)> {
         // An empty tree is one empty leaf.
         self.flush_leaf()?;
         let mut level = 0;
@@ -287,13 +332,19 @@ impl<'w> Tree<'w> {
         let id = self.writer.next;
         let count = u16::try_from(node.elements.len())
             .map_err(|_| io::Error::other("too many elements for one page"))?;
+        let overflow = u32::try_from(pages - 1)
+            .map_err(|_| io::Error::other("a value too large for bbolt"))?;
+        if self.writer.promised.is_none() {
+            // Measuring: only the page count matters.
+            self.writer.next += pages as u64;
+            return Ok(id);
+        }
         let mut page = Vec::with_capacity(len);
         let header = PageHeader {
             id,
             flags,
             count,
-            overflow: u32::try_from(pages - 1)
-                .map_err(|_| io::Error::other("a value too large for bbolt"))?,
+            overflow,
         };
         page.extend_from_slice(&header.encode());
         let mut data = PAGE_HEADER + node.elements.len() * element_size;
@@ -330,6 +381,7 @@ mod tests {
     use super::*;
     use crate::bbolt::read::Entry;
     use crate::bbolt::{Bucket, Db};
+    use std::fs::File;
 
     type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -344,8 +396,8 @@ mod tests {
         Ok(out)
     }
 
-    fn write(path: &std::path::Path, buckets: &[(&[u8], &Pairs)]) -> io::Result<u64> {
-        let mut w = Writer::new(File::create(path)?)?;
+    /// One pass over `buckets` into `w`.
+    fn pass<W: Write>(mut w: Writer<W>, buckets: &[(&[u8], &Pairs)]) -> io::Result<(W, Layout)> {
         for (name, pairs) in buckets {
             let mut b = w.bucket(name);
             for (k, v) in pairs.iter() {
@@ -353,8 +405,16 @@ mod tests {
             }
             b.finish()?;
         }
-        let (_, size) = w.finish()?;
-        Ok(size)
+        w.finish()
+    }
+
+    /// Both passes, into the file at `path`; returns its size.
+    fn write(path: &std::path::Path, buckets: &[(&[u8], &Pairs)]) -> io::Result<u64> {
+        let (_, layout) = pass(Writer::planning(), buckets)?;
+        let out = io::BufWriter::new(File::create(path)?);
+        let (_, written) = pass(Writer::new(out, layout)?, buckets)?;
+        assert_eq!(written, layout);
+        Ok(layout.size())
     }
 
     fn open(path: &std::path::Path) -> io::Result<Db> {
@@ -392,12 +452,31 @@ mod tests {
 
     #[test]
     fn keys_out_of_order_are_refused() -> io::Result<()> {
-        let dir = tempfile::tempdir()?;
-        let mut w = Writer::new(File::create(dir.path().join("db"))?)?;
+        let mut w = Writer::planning();
         let mut b = w.bucket(b"b");
         b.put(b"b", b"")?;
         assert!(b.put(b"a", b"").is_err());
         assert!(b.put(b"b", b"").is_err());
+        Ok(())
+    }
+
+    /// A second pass over other data than the first's is an error, not a file whose metas
+    /// point elsewhere; the same data gives the same bytes however it is written.
+    #[test]
+    fn a_second_pass_must_match_the_first() -> io::Result<()> {
+        let pairs: Pairs = (0..500u32)
+            .map(|i| (i.to_be_bytes().to_vec(), vec![1; 100]))
+            .collect();
+        let fewer: Pairs = pairs.get(..250).unwrap_or_default().to_vec();
+        let (_, layout) = pass(Writer::planning(), &[(b"a", &pairs)])?;
+        assert!(pass(Writer::new(Vec::new(), layout)?, &[(b"a", &fewer)]).is_err());
+        let (bytes, written) = pass(Writer::new(Vec::new(), layout)?, &[(b"a", &pairs)])?;
+        assert_eq!(written, layout);
+        assert_eq!(bytes.len() as u64, layout.size());
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("db");
+        write(&path, &[(b"a", &pairs)])?;
+        assert_eq!(std::fs::read(&path)?, bytes);
         Ok(())
     }
 

@@ -1,13 +1,15 @@
-//! A consistent view of a member's state → etcd's database, in one pass over the view.
+//! A consistent view of a member's state → etcd's database, streamed: a first pass over the
+//! view measures the file (bbolt's metas, which come first, name its last pages), a second
+//! writes it in order to any [`Write`], so neither memory nor disk grows with the state.
 
 use std::collections::{BTreeSet, HashSet};
-use std::fs::File;
-use std::io;
+use std::io::{self, Write};
 
 use prost::Message;
 
 use super::{bucket, key, Lease};
 use crate::auth::state::key as auth_key;
+use crate::bbolt::write::Layout;
 use crate::bbolt::Writer;
 use crate::mvcc::{disk, Revision};
 use crate::pb::etcdserverpb::AlarmMember;
@@ -29,22 +31,68 @@ fn storage_error(e: StorageError) -> io::Error {
     io::Error::other(e.to_string())
 }
 
-/// Writes `view` as etcd's database into `file`. `applied` is the Raft index and term the view
-/// was applied through (etcd's `consistent_index` and `term`). `kept`, when a compaction's
-/// background deletion is still under way, names the revisions at or below the compacted one
-/// that the compaction keeps (the others, still on disk, are left out as etcd would have
-/// deleted them); `None` when none is left over.
-///
-/// # Errors
-/// A read or write failure, or a corrupt record.
-pub fn export(
+/// A consistent view of a member's state, measured as etcd's database and ready to be written.
+pub struct Export {
+    view: View,
+    applied: (u64, u64),
+    kept: Option<HashSet<Revision>>,
+    layout: Layout,
+}
+
+impl Export {
+    /// Measures `view` as etcd's database (a pass over the whole view that writes nothing).
+    /// `applied` is the Raft index and term the view was applied through (etcd's
+    /// `consistent_index` and `term`). `kept`, when a compaction's background deletion is still
+    /// under way, names the revisions at or below the compacted one that the compaction keeps
+    /// (the others, still on disk, are left out as etcd would have deleted them); `None` when
+    /// none is left over.
+    ///
+    /// # Errors
+    /// A read failure, or a corrupt record.
+    pub fn plan(
+        view: View,
+        applied: (u64, u64),
+        kept: Option<HashSet<Revision>>,
+    ) -> io::Result<Export> {
+        let (_, layout, _) = write_db(&view, applied, kept.as_ref(), Writer::planning())?;
+        Ok(Export {
+            view,
+            applied,
+            kept,
+            layout,
+        })
+    }
+
+    /// The database's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.layout.size()
+    }
+
+    /// Writes the database to `out`, in order; returns `out` (flushed) and what was written.
+    ///
+    /// # Errors
+    /// A read or write failure, or a corrupt record.
+    pub fn write_to<W: Write>(&self, out: W) -> io::Result<(W, Exported)> {
+        let out = Writer::new(out, self.layout)?;
+        let (out, layout, changes) = write_db(&self.view, self.applied, self.kept.as_ref(), out)?;
+        Ok((
+            out,
+            Exported {
+                size: layout.size(),
+                changes,
+            },
+        ))
+    }
+}
+
+/// One pass of the view into `out`; returns the output, the layout and the revisions written.
+fn write_db<W: Write>(
     view: &View,
     applied: (u64, u64),
     kept: Option<&HashSet<Revision>>,
-    file: File,
-) -> io::Result<(File, Exported)> {
-    let mut out = Writer::new(file)?;
-    let mut exported = Exported::default();
+    mut out: Writer<W>,
+) -> io::Result<(W, Layout, u64)> {
+    let mut changes = 0u64;
     let read_i64 = |k: &[u8]| -> io::Result<Option<i64>> {
         Ok(view
             .get(Space::Meta, k)
@@ -62,7 +110,7 @@ pub fn export(
             return Ok(());
         }
         let (key, value) = disk::etcd_entry(rev, v).map_err(storage_error)?;
-        exported.changes += 1;
+        changes += 1;
         b.put(&key, &value)
     })?;
     b.finish()?;
@@ -138,7 +186,6 @@ pub fn export(
     for name in [bucket::MEMBERS, bucket::MEMBERS_REMOVED] {
         out.bucket(name).finish()?;
     }
-    let (file, size) = out.finish()?;
-    exported.size = size;
-    Ok((file, exported))
+    let (out, layout) = out.finish()?;
+    Ok((out, layout, changes))
 }

@@ -1,7 +1,7 @@
 //! etcd's database file (what `etcdctl snapshot save` writes from etcd): which bucket holds
 //! what, and how each record maps to Concord's, both ways. [`import`] reads the buckets in order
-//! and hands Concord's records on one at a time; [`export`] writes a consistent view of a
-//! member's state as etcd's database, in one pass; [`status`] answers as `etcdutl snapshot
+//! and hands Concord's records on one at a time; [`Export`] streams a consistent view of a
+//! member's state as etcd's database, in two passes; [`status`] answers as `etcdutl snapshot
 //! status` does. Memory never depends on the database's size (see [`crate::bbolt`]).
 //!
 //! etcd's layout (its `schema` package): `key` maps a revision (8-byte main, `_`, 8-byte sub,
@@ -19,7 +19,7 @@ mod export;
 mod import;
 mod status;
 
-pub use export::{export, Exported};
+pub use export::{Export, Exported};
 pub use import::import;
 pub use status::{status, Status};
 

@@ -17,38 +17,34 @@ use crate::pb::concordpb::TimeoutNowRequest;
 use crate::storage::{meta_key, Space};
 
 impl RaftNode {
-    /// An open snapshot file of the state as applied when called: a consistent point-in-time
-    /// copy of the whole state in etcd's database format (so etcd's tools read and restore it;
-    /// `concord snapshot restore` reads it too), written in one pass to an unlinked file in the
-    /// data dir and read from disk as it is sent.
+    /// The state as applied when called, measured as etcd's database and ready to be streamed:
+    /// a consistent point-in-time view of the whole state in etcd's database format (so etcd's
+    /// tools read and restore it; `concord snapshot restore` reads it too). Measuring reads the
+    /// whole view once; writing ([`crate::etcd_db::Export::write_to`]) reads it again, and
+    /// nothing is kept on disk or in memory between the two.
     ///
     /// # Errors
     /// [`Error::Storage`].
-    pub async fn snapshot_file(&self) -> Result<std::fs::File> {
+    pub async fn snapshot_export(&self) -> Result<crate::etcd_db::Export> {
         // A view taken while no apply runs: its applied index describes it.
         let (view, kept) = self.mvcc.export_view()?;
-        let snapshots = self.snapshots.clone();
         let made = tokio::task::spawn_blocking(move || {
-            use std::io::Seek;
             let started = std::time::Instant::now();
             let meta = super::snapshots::meta_of(&view, "maintenance")?;
             let applied = meta
                 .last_log_id
                 .map_or((0, 0), |l| (l.index, l.leader_id.term));
-            let file = snapshots.create()?;
-            let (mut file, exported) = crate::etcd_db::export(&view, applied, kept.as_ref(), file)?;
-            file.rewind()?;
+            let export = crate::etcd_db::Export::plan(view, applied, kept)?;
             tracing::info!(
-                bytes = exported.size,
-                revisions = exported.changes,
+                bytes = export.size(),
                 took_ms = started.elapsed().as_millis() as u64,
-                "made etcd database snapshot"
+                "measured etcd database snapshot"
             );
-            Ok::<_, std::io::Error>(file)
+            Ok::<_, std::io::Error>(export)
         })
         .await;
         match made {
-            Ok(Ok(file)) => Ok(file),
+            Ok(Ok(export)) => Ok(export),
             Ok(Err(e)) => {
                 tracing::error!(error = %e, "making a snapshot");
                 Err(Error::Storage)

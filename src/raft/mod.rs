@@ -121,8 +121,6 @@ pub struct RaftNode {
     membership_lock: tokio::sync::Mutex<()>,
     /// Shared with the transport: removal, quiet mode, peers' last contact.
     links: Arc<network::Links>,
-    /// The state machine's snapshot files.
-    snapshots: Arc<snapshots::SnapshotFiles>,
     /// The backend size for the space quota.
     quota: Arc<quota::QuotaMeter>,
     /// The election timer and CheckQuorum state (shared with the transport, which hears a
@@ -246,7 +244,6 @@ impl RaftNode {
             checkpoint_gate: tokio::sync::RwLock::new(()),
             membership_lock: tokio::sync::Mutex::new(()),
             links,
-            snapshots,
             elector,
             log: log_handle,
         });

@@ -26,70 +26,115 @@ pub const ETCD_API_VERSION: &str = "3.5.13";
 /// The cluster version `/version` reports, as etcd does (major.minor.0).
 pub const ETCD_CLUSTER_VERSION: &str = "3.5.0";
 
-/// The snapshot body is padded to a multiple of this, as etcd's bbolt file is.
-const SNAPSHOT_PAGE: usize = 512;
-
 /// Bytes per snapshot message, as etcd sends them.
 const SNAPSHOT_CHUNK: usize = 32 * 1024;
 
-/// Sends the snapshot `file` as etcd does: in [`SNAPSHOT_CHUNK`] messages, padded to whole
-/// [`SNAPSHOT_PAGE`]s (etcdctl expects the checksum after a bbolt page) and followed by the
-/// SHA-256 of everything before it; read from disk as it goes, so memory stays a few chunks
-/// whatever the size. Stops when the client goes away.
-fn stream_snapshot(
-    file: std::fs::File,
+/// A snapshot's bytes on their way to the client, as etcd sends them: messages of
+/// [`SNAPSHOT_CHUNK`] bytes, each telling how many are still to come, then one message with the
+/// SHA-256 of them all. It holds one message's bytes; the channel a few messages.
+struct SnapshotSender {
+    tx: tokio::sync::mpsc::Sender<Result<SnapshotResponse, Status>>,
     header: Option<crate::pb::etcdserverpb::ResponseHeader>,
-    tx: &tokio::sync::mpsc::Sender<Result<SnapshotResponse, Status>>,
-) {
-    use std::io::Read;
-    let fail = |e: std::io::Error| {
-        tracing::warn!(error = %e, "reading the snapshot");
-        let _ = tx.blocking_send(Err(Status::internal(e.to_string())));
-    };
-    let len = match file.metadata() {
-        Ok(m) => m.len() as usize,
-        Err(e) => return fail(e),
-    };
-    // The bytes sent: the file, zeros up to `padded`, then the digest up to `total`.
-    let padded = len.div_ceil(SNAPSHOT_PAGE) * SNAPSHOT_PAGE;
-    let total = padded + 32;
-    tracing::info!(bytes = total, "sending snapshot");
-    let mut input = file;
-    let mut hasher = Sha256::new();
-    let mut pos = 0;
-    while pos < total {
-        let end = (pos + SNAPSHOT_CHUNK).min(total);
-        let mut blob = Vec::with_capacity(end - pos);
-        if pos < len {
-            let want = end.min(len) - pos;
-            if let Err(e) = (&mut input).take(want as u64).read_to_end(&mut blob) {
-                return fail(e);
-            }
-            if blob.len() != want {
-                return fail(std::io::Error::other(
-                    "the snapshot file is shorter than its size",
-                ));
-            }
-        }
-        let zeros = end.min(padded).saturating_sub(pos.max(len));
-        blob.resize(blob.len() + zeros, 0);
-        hasher.update(&blob);
-        if end > padded {
-            let digest = hasher.clone().finalize();
-            blob.extend_from_slice(
-                digest
-                    .get(pos.max(padded) - padded..end - padded)
-                    .unwrap_or_default(),
-            );
-        }
-        pos = end;
-        let message = SnapshotResponse {
+    chunk: Vec<u8>,
+    hasher: Sha256,
+    remaining: u64,
+}
+
+impl SnapshotSender {
+    /// A sender of `size` bytes.
+    fn new(
+        tx: tokio::sync::mpsc::Sender<Result<SnapshotResponse, Status>>,
+        header: Option<crate::pb::etcdserverpb::ResponseHeader>,
+        size: u64,
+    ) -> Self {
+        SnapshotSender {
+            tx,
             header,
-            remaining_bytes: (total - pos) as u64,
+            chunk: Vec::with_capacity(SNAPSHOT_CHUNK),
+            hasher: Sha256::new(),
+            remaining: size,
+        }
+    }
+
+    fn send(&self, blob: Vec<u8>, remaining_bytes: u64) -> std::io::Result<()> {
+        let message = SnapshotResponse {
+            header: self.header,
+            remaining_bytes,
             blob,
         };
-        if tx.blocking_send(Ok(message)).is_err() {
-            return;
+        self.tx.blocking_send(Ok(message)).map_err(|_| {
+            std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away")
+        })
+    }
+
+    fn send_chunk(&mut self) -> std::io::Result<()> {
+        let blob = std::mem::replace(&mut self.chunk, Vec::with_capacity(SNAPSHOT_CHUNK));
+        self.hasher.update(&blob);
+        self.remaining = self
+            .remaining
+            .checked_sub(blob.len() as u64)
+            .ok_or_else(|| std::io::Error::other("the snapshot is longer than its size"))?;
+        self.send(blob, self.remaining)
+    }
+
+    /// Sends what is left and the checksum.
+    fn finish(mut self) -> std::io::Result<()> {
+        if !self.chunk.is_empty() {
+            self.send_chunk()?;
+        }
+        if self.remaining != 0 {
+            return Err(std::io::Error::other(
+                "the snapshot is shorter than its size",
+            ));
+        }
+        let digest = std::mem::take(&mut self.hasher).finalize();
+        self.send(digest.to_vec(), 0)
+    }
+}
+
+impl std::io::Write for SnapshotSender {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(SNAPSHOT_CHUNK - self.chunk.len());
+        self.chunk
+            .extend_from_slice(buf.get(..n).unwrap_or_default());
+        if self.chunk.len() == SNAPSHOT_CHUNK {
+            self.send_chunk()?;
+        }
+        Ok(n)
+    }
+
+    /// Whole messages leave as they fill; [`SnapshotSender::finish`] sends the last.
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Streams `export` to `tx` (blocking), as etcd's server streams its database. Stops when the
+/// client goes away.
+fn stream_snapshot(
+    export: crate::etcd_db::Export,
+    header: Option<crate::pb::etcdserverpb::ResponseHeader>,
+    tx: tokio::sync::mpsc::Sender<Result<SnapshotResponse, Status>>,
+) {
+    let started = std::time::Instant::now();
+    tracing::info!(bytes = export.size(), "sending database snapshot to client");
+    let sender = SnapshotSender::new(tx.clone(), header, export.size());
+    match export
+        .write_to(sender)
+        .and_then(|(sender, written)| sender.finish().map(|()| written))
+    {
+        Ok(written) => tracing::info!(
+            bytes = written.size,
+            revisions = written.changes,
+            took_ms = started.elapsed().as_millis() as u64,
+            "sent database snapshot"
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            tracing::info!("the snapshot's client went away");
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "sending the snapshot");
+            let _ = tx.blocking_send(Err(Status::internal(e.to_string())));
         }
     }
 }
@@ -246,10 +291,10 @@ impl Maintenance for MaintenanceService {
     ) -> Result<Response<SnapshotStream>, Status> {
         self.require_admin_raw(&req).await?;
         let node = &self.ctx.node;
-        let file = node.snapshot_file().await.map_err(status::status)?;
+        let export = node.snapshot_export().await.map_err(status::status)?;
         let header = current_header(node);
         let (tx, rx) = tokio::sync::mpsc::channel(4);
-        tokio::task::spawn_blocking(move || stream_snapshot(file, header, &tx));
+        tokio::task::spawn_blocking(move || stream_snapshot(export, header, tx));
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(rx),
         )))

@@ -83,24 +83,32 @@ async fn a_snapshot_restores_into_a_new_cluster_with_the_same_hashkv() -> TestRe
         "members diverge: {source:?}"
     );
 
-    // etcdctl snapshot save: the stream, concatenated.
+    // etcdctl snapshot save: the stream, concatenated. As etcd sends it: the database in
+    // 32 KiB messages, each telling the bytes still to come, then its SHA-256 alone.
     let mut stream = maintenance(&c, 1)
         .await?
         .snapshot(SnapshotRequest {})
         .await?
         .into_inner();
-    let mut file = Vec::new();
-    let mut last_remaining = u64::MAX;
+    let mut messages = Vec::new();
     while let Some(msg) = stream.message().await? {
-        file.extend(msg.blob);
-        last_remaining = msg.remaining_bytes;
+        messages.push((msg.remaining_bytes, msg.blob));
     }
-    assert_eq!(last_remaining, 0);
-    assert_eq!(
-        file.len() % 512,
-        32,
-        "a 512-byte-paged body and a SHA-256 trailer"
-    );
+    let (checksum, body) = messages.split_last().ok_or("no snapshot message")?;
+    assert_eq!(checksum.0, 0);
+    let file: Vec<u8> = body.iter().flat_map(|(_, blob)| blob.clone()).collect();
+    assert_eq!(file.len() % 4096, 0, "whole bbolt pages");
+    let mut sent = 0;
+    for (remaining, blob) in body {
+        assert!(blob.len() <= 32 << 10);
+        sent += blob.len();
+        assert_eq!(*remaining as usize, file.len() - sent);
+    }
+    {
+        use sha2::Digest;
+        assert_eq!(checksum.1, sha2::Sha256::digest(&file).to_vec());
+    }
+    let file = [file, checksum.1.clone()].concat();
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("snap.db");
     std::fs::write(&path, &file)?;
