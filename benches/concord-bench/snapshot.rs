@@ -14,7 +14,7 @@ use crate::Args;
 const DIGEST: usize = 32;
 
 /// Streams one snapshot from the first endpoint; returns a JSON line with its size, the time
-/// it took and whether its digest matched.
+/// to its first message and in all, and whether its digest matched.
 ///
 /// # Errors
 /// When the server cannot be reached, the stream fails, or the digest does not match.
@@ -32,7 +32,9 @@ pub async fn stream(args: &Args) -> anyhow::Result<String> {
     let mut tail: Vec<u8> = Vec::with_capacity(2 * DIGEST);
     let mut bytes = 0u64;
     let mut messages = 0u64;
+    let mut first = None;
     while let Some(part) = body.message().await? {
+        first.get_or_insert_with(|| started.elapsed().as_secs_f64());
         bytes += part.blob.len() as u64;
         messages += 1;
         tail.extend_from_slice(&part.blob);
@@ -47,6 +49,7 @@ pub async fn stream(args: &Args) -> anyhow::Result<String> {
         anyhow::bail!("the snapshot's SHA-256 does not match its body ({bytes} bytes)");
     }
     Ok(format!(
-        "{{\"bytes\": {bytes}, \"messages\": {messages}, \"seconds\": {seconds:.3}, \"digest_ok\": true}}"
+        "{{\"bytes\": {bytes}, \"messages\": {messages}, \"first_message_s\": {:.3}, \"seconds\": {seconds:.3}, \"digest_ok\": true}}",
+        first.unwrap_or(seconds)
     ))
 }

@@ -11,7 +11,7 @@ saved, time for the new member to catch up, the sender's and the newcomer's peak
 meanwhile (sampled every 20 ms from /proc), and the newcomer's RSS 5 s after it caught up. `--name` names the result files (the 8 GiB profile:
 `--keys 4194304 --value-size 2048 --name large-profile-8g`). For a state the disk cannot hold
 twice: `--stream-snapshot` (the snapshot streamed and its digest checked, nothing kept),
-`--no-snapshot` (the server too writes a snapshot file before it sends it) and `--no-join`;
+`--no-snapshot` (no save at all) and `--no-join`;
 `--defrag` adds paced puts and ranges, first alone, then during a defrag.
 
     benches/large/snapshot_memory.py --etcd-dir .etcd-ref/bin/etcd-ref \\
@@ -79,13 +79,16 @@ def run(label, server, etcdctl, bench, keys, value_size, work, opts):
         steady = rss_mib(m0.pid)
         peak = Peak([m0.pid])
         started = time.time()
+        first_message_s = None
         if opts.no_snapshot:
             size = None
         elif opts.stream_snapshot:
             # Streamed and thrown away (digest checked): for states the disk cannot hold twice.
             out = subprocess.run([bench, "snapshot", "--endpoints", ep0, "--conns", "1"],
                                  check=True, capture_output=True, text=True)
-            size = json.loads(out.stdout.strip().splitlines()[-1])["bytes"]
+            streamed = json.loads(out.stdout.strip().splitlines()[-1])
+            size = streamed["bytes"]
+            first_message_s = streamed.get("first_message_s")
         else:
             subprocess.run([etcdctl, "--endpoints", ep0, "snapshot", "save", f"{d}/backup.db"],
                            check=True, capture_output=True)
@@ -99,6 +102,7 @@ def run(label, server, etcdctl, bench, keys, value_size, work, opts):
             "disk_gib": round(disk / 2**30, 2), "restart_s": round(restart_s, 2),
             "rss_after_restart_mib": round(steady),
             "snapshot_bytes": size, "snapshot_save_s": save_s,
+            "snapshot_first_message_s": first_message_s,
             "snapshot_save_rss_above_mib": None if opts.no_snapshot else round(save_peak - steady),
         }
         if opts.defrag:
@@ -170,7 +174,7 @@ def main():
                     help="stream the snapshot with concord-bench and keep nothing of it (for a "
                     "state the disk cannot hold twice), instead of etcdctl snapshot save")
     ap.add_argument("--no-snapshot", action="store_true",
-                    help="no snapshot at all (the server writes it to its disk before it sends it)")
+                    help="no snapshot save at all")
     ap.add_argument("--no-join", action="store_true",
                     help="no second member (its copy of the state would not fit on the disk)")
     ap.add_argument("--defrag", action="store_true",
@@ -182,7 +186,7 @@ def main():
         rows.append(run(label, server, etcdctl, a.bench, a.keys, a.value_size, a.work, a))
         print(json.dumps(rows[-1]), flush=True)
     cols = ["load_s", "rss_after_load_mib", "disk_gib", "restart_s", "rss_after_restart_mib",
-            "snapshot_save_s", "snapshot_save_rss_above_mib",
+            "snapshot_save_s", "snapshot_first_message_s", "snapshot_save_rss_above_mib",
             "new_member_caught_up_s", "sender_rss_above_mib", "newcomer_peak_rss_mib",
             "newcomer_rss_after_mib"]
     cols += ["quiet_put_p99_ms", "quiet_put_max_ms", "quiet_range_p99_ms", "quiet_range_max_ms",

@@ -688,4 +688,51 @@ mod tests {
         assert_eq!(s.get(Space::Kv, b"key")?, Some(b"value".to_vec()));
         Ok(())
     }
+
+    /// The memtable rotation a write asks for (once the memtable passes its size) waits for a
+    /// table change without holding the journal's lock, so the writes after it go on meanwhile
+    /// (fjall's worker used to wait with that lock held, and every write stalled behind the
+    /// table change's fsyncs); the rotation happens once the table change is over.
+    #[test]
+    fn writes_go_on_while_a_rotation_waits_for_a_table_change() -> StorageResult<()> {
+        use fjall::AbstractTree;
+        let dir = tempfile::tempdir().map_err(|e| StorageError(e.to_string()))?;
+        let s = Storage::open(dir.path())?;
+        let first = s.kv.tree.active_memtable().id();
+        let history = s.kv.tree.get_version_history_lock();
+        let (done, written) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            let writer = scope.spawn(|| {
+                // Twice the memtable's size: the write that passes it asks for a rotation.
+                let value = vec![7u8; 64 << 10];
+                for i in 0..2 * MEMTABLE_BYTES / (64 << 10) {
+                    let mut batch = s.batch();
+                    batch.insert(Space::Kv, format!("key{i:04}").as_bytes(), &value);
+                    batch.commit()?;
+                }
+                let _ = done.send(());
+                Ok::<(), StorageError>(())
+            });
+            let waited = written.recv_timeout(std::time::Duration::from_secs(30));
+            drop(history);
+            let committed = writer
+                .join()
+                .map_err(|_| StorageError("writer panicked".into()));
+            assert!(
+                waited.is_ok(),
+                "the writes waited while a rotation waited for the version history's lock"
+            );
+            committed?
+        })?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while s.kv.tree.active_memtable().id() == first {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the memtable was never rotated"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(s.get(Space::Kv, b"key0000")?, Some(vec![7u8; 64 << 10]));
+        Ok(())
+    }
 }

@@ -178,9 +178,9 @@ fn worker_tick(ctx: &WorkerState) -> crate::Result<bool> {
             return Ok(true);
         }
         WorkerMessage::RotateMemtable(keyspace, memtable_id) => {
-            log::trace!("acquiring journal lock");
-            let journal_writer = keyspace.supervisor.journal.get_writer()?;
-            keyspace.inner_rotate_memtable(journal_writer, memtable_id)?;
+            // Concord patch: not under the journal's lock while a table change holds the
+            // version history (see `Keyspace::rotate_memtable_without_stalling_writes`).
+            keyspace.rotate_memtable_without_stalling_writes(Some(memtable_id))?;
         }
         WorkerMessage::Flush => {
             let Some(task) = ctx.supervisor.flush_manager.dequeue() else {

@@ -285,6 +285,14 @@ pub trait AbstractTree {
     /// Seals the active memtable.
     fn rotate_memtable(&self) -> Option<Arc<Memtable>>;
 
+    /// Concord patch: as [`AbstractTree::rotate_memtable`], but `None` at once, without
+    /// rotating, while a table change holds the version history's lock (see
+    /// CONCORD-PATCH.md); `Some(None)` when there was nothing to seal.
+    fn try_rotate_memtable(&self) -> Option<Option<Arc<Memtable>>>;
+
+    /// Concord patch: blocks until no table change holds the version history's lock.
+    fn wait_for_version_history(&self);
+
     /// Returns the number of tables currently in the tree.
     fn table_count(&self) -> usize;
 

@@ -723,31 +723,48 @@ impl Keyspace {
 
     #[doc(hidden)]
     pub fn rotate_memtable(&self) -> crate::Result<bool> {
-        log::trace!("acquiring journal lock");
-        let journal_writer = self.supervisor.journal.get_writer()?;
-        let active_memtable_id = self.tree.active_memtable().id();
-        self.inner_rotate_memtable(journal_writer, active_memtable_id)
+        self.rotate_memtable_without_stalling_writes(None)
     }
 
-    pub(crate) fn inner_rotate_memtable(
+    /// Concord patch (upstream: `inner_rotate_memtable`, called with the journal's lock held):
+    /// seals the active memtable (if it is still `memtable_id`, when given) without holding
+    /// the journal's lock while it waits for the version history's. A table change (a flush or
+    /// compaction registering its tables) holds that lock across its fsyncs, and every write
+    /// to the database needs the journal's lock, so writes stalled for as long as those fsyncs
+    /// took whenever a rotation came in between. This waits for the version history first,
+    /// then takes the journal's lock and rotates only if the version history is free at that
+    /// moment; otherwise it lets the journal go and waits again.
+    pub(crate) fn rotate_memtable_without_stalling_writes(
         &self,
-        journal_writer: MutexGuard<'_, crate::journal::writer::Writer>,
-        memtable_id: lsm_tree::MemtableId,
+        memtable_id: Option<lsm_tree::MemtableId>,
     ) -> crate::Result<bool> {
-        log::debug!("Rotating keyspace {:?}", self.name);
-
-        if self.tree.active_memtable().id() != memtable_id {
-            return Ok(false);
+        loop {
+            self.tree.wait_for_version_history();
+            log::trace!("acquiring journal lock");
+            let journal_writer = self.supervisor.journal.get_writer()?;
+            log::debug!("Rotating keyspace {:?}", self.name);
+            if memtable_id.is_some_and(|id| self.tree.active_memtable().id() != id) {
+                return Ok(false);
+            }
+            match self.tree.try_rotate_memtable() {
+                None => drop(journal_writer),
+                Some(None) => {
+                    log::debug!("Got no sealed memtable, someone beat us to it");
+                    return Ok(false);
+                }
+                Some(Some(_)) => {
+                    drop(journal_writer);
+                    break;
+                }
+            }
         }
+        self.after_rotation()?;
+        Ok(true)
+    }
 
-        // Rotate memtable
-        let Some(_) = self.tree.rotate_memtable() else {
-            log::debug!("Got no sealed memtable, someone beat us to it");
-            return Ok(false);
-        };
-
-        drop(journal_writer);
-
+    /// What follows a rotation: the sealed memtable's flush is queued, old versions and
+    /// journals are collected (Concord patch: split out of upstream's `inner_rotate_memtable`).
+    fn after_rotation(&self) -> crate::Result<()> {
         self.supervisor.flush_manager.enqueue(Arc::new(FlushTask {
             keyspace: self.clone(),
         }));
@@ -788,7 +805,7 @@ impl Keyspace {
             .expect("lock is poisoned")
             .maintenance()?;
 
-        Ok(true)
+        Ok(())
     }
 
     fn check_write_halt(&self) {

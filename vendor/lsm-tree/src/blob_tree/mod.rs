@@ -544,6 +544,14 @@ impl AbstractTree for BlobTree {
         self.index.rotate_memtable()
     }
 
+    fn try_rotate_memtable(&self) -> Option<Option<Arc<Memtable>>> {
+        self.index.try_rotate_memtable()
+    }
+
+    fn wait_for_version_history(&self) {
+        self.index.wait_for_version_history();
+    }
+
     fn table_count(&self) -> usize {
         self.index.table_count()
     }

@@ -536,30 +536,25 @@ impl AbstractTree for Tree {
     fn rotate_memtable(&self) -> Option<Arc<Memtable>> {
         #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
         let mut version_history_lock = self.version_history.write().expect("lock is poisoned");
-        let super_version = version_history_lock.latest_version();
+        self.rotate_memtable_locked(&mut version_history_lock)
+    }
 
-        if super_version.active_memtable.is_empty() {
-            return None;
+    fn try_rotate_memtable(&self) -> Option<Option<Arc<Memtable>>> {
+        // Concord patch: see `AbstractTree::try_rotate_memtable`.
+        match self.version_history.try_write() {
+            Ok(mut version_history_lock) => {
+                Some(self.rotate_memtable_locked(&mut version_history_lock))
+            }
+            Err(std::sync::TryLockError::WouldBlock) => None,
+            #[expect(clippy::panic, reason = "lock is expected to not be poisoned")]
+            Err(std::sync::TryLockError::Poisoned(_)) => panic!("lock is poisoned"),
         }
+    }
 
-        let yanked_memtable = super_version.active_memtable;
-
-        let mut copy = version_history_lock.latest_version();
-        copy.active_memtable = Arc::new(Memtable::new(self.memtable_id_counter.next()));
-        copy.sealed_memtables =
-            Arc::new(super_version.sealed_memtables.add(yanked_memtable.clone()));
-
-        // Rotate does not modify the memtable so it cannot break snapshots
-        copy.seqno = super_version.seqno;
-
-        version_history_lock.replace_latest_version(copy);
-
-        log::trace!(
-            "rotate: added memtable id={} to sealed memtables",
-            yanked_memtable.id,
-        );
-
-        Some(yanked_memtable)
+    fn wait_for_version_history(&self) {
+        // Concord patch: see `AbstractTree::wait_for_version_history`.
+        #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
+        drop(self.version_history.read().expect("lock is poisoned"));
     }
 
     fn table_count(&self) -> usize {
@@ -659,6 +654,38 @@ impl AbstractTree for Tree {
 }
 
 impl Tree {
+    /// Seals the active memtable under the version history's write lock, held by the caller
+    /// (Concord patch: split out of `rotate_memtable` for `try_rotate_memtable`).
+    fn rotate_memtable_locked(
+        &self,
+        version_history_lock: &mut crate::version::SuperVersions,
+    ) -> Option<Arc<Memtable>> {
+        let super_version = version_history_lock.latest_version();
+
+        if super_version.active_memtable.is_empty() {
+            return None;
+        }
+
+        let yanked_memtable = super_version.active_memtable;
+
+        let mut copy = version_history_lock.latest_version();
+        copy.active_memtable = Arc::new(Memtable::new(self.memtable_id_counter.next()));
+        copy.sealed_memtables =
+            Arc::new(super_version.sealed_memtables.add(yanked_memtable.clone()));
+
+        // Rotate does not modify the memtable so it cannot break snapshots
+        copy.seqno = super_version.seqno;
+
+        version_history_lock.replace_latest_version(copy);
+
+        log::trace!(
+            "rotate: added memtable id={} to sealed memtables",
+            yanked_memtable.id,
+        );
+
+        Some(yanked_memtable)
+    }
+
     #[doc(hidden)]
     pub fn create_internal_range<'a, K: AsRef<[u8]> + 'a, R: RangeBounds<K> + 'a>(
         version: SuperVersion,
