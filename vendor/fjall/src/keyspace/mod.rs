@@ -26,7 +26,7 @@ use options::CreateOptions;
 use std::{
     ops::RangeBounds,
     path::Path,
-    sync::{atomic::AtomicBool, Arc, MutexGuard},
+    sync::{atomic::AtomicBool, Arc},
     time::Duration,
 };
 use write_delay::perform_write_stall;

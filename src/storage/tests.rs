@@ -1,0 +1,135 @@
+//! Storage tests: the Raft log beside the state, the format version, and writes that must not
+//! wait for fjall's table changes.
+
+use super::*;
+
+#[test]
+fn format_version_is_written_and_checked() -> StorageResult<()> {
+    let dir = tempfile::tempdir().map_err(|e| StorageError(e.to_string()))?;
+    {
+        let s = Storage::open(dir.path())?;
+        s.append_log(&[(1, b"a".to_vec()), (2, b"b".to_vec()), (3, b"c".to_vec())])?;
+        s.truncate_log(3)?;
+    }
+    let s = Storage::open(dir.path())?;
+    assert_eq!(
+        s.get(Space::Meta, meta_key::FORMAT_VERSION)?,
+        Some(FORMAT_VERSION.to_be_bytes().to_vec())
+    );
+    assert_eq!(s.last_log()?.map(|(i, _)| i), Some(2));
+    assert_eq!(s.log_range(1, 3)?.len(), 2);
+    Ok(())
+}
+
+#[test]
+fn a_log_kept_in_fjall_by_an_earlier_version_moves_to_the_segment_files() -> StorageResult<()> {
+    let dir = tempfile::tempdir().map_err(|e| StorageError(e.to_string()))?;
+    let entries: Vec<(u64, Vec<u8>)> = (5..=30).map(|i| (i, vec![i as u8; 100])).collect();
+    {
+        let s = Storage::open(dir.path())?;
+        let mut b = s.log_db.batch();
+        for (i, v) in &entries {
+            b.insert(&s.raft_log, i.to_be_bytes(), v.as_slice());
+        }
+        b.commit()?;
+        s.log_db.persist(PersistMode::SyncAll)?;
+        // As a binary of format 1 left it.
+        s.meta
+            .insert(meta_key::FORMAT_VERSION, 1u32.to_be_bytes())?;
+        s.persist_state()?;
+    }
+    let s = Storage::open(dir.path())?;
+    assert_eq!(s.log_range(0, 100)?, entries);
+    assert_eq!(
+        s.get(Space::Meta, meta_key::FORMAT_VERSION)?,
+        Some(2u32.to_be_bytes().to_vec())
+    );
+    assert!(s.raft_log.first_key_value().is_none(), "moved, not copied");
+    drop(s);
+    let s = Storage::open(dir.path())?;
+    assert_eq!(
+        s.log_range(0, 100)?,
+        entries,
+        "and still there after a reopen"
+    );
+    Ok(())
+}
+
+/// The vendored lsm-tree's patch (vendor/lsm-tree/CONCORD-PATCH.md): a state write does
+/// not wait for the version history's write lock, which a table change holds across its
+/// fsyncs. The lock is held here until the write is done (or 30 s have passed, and then the
+/// write waited for it).
+#[test]
+fn a_state_write_does_not_wait_for_a_table_change() -> StorageResult<()> {
+    let dir = tempfile::tempdir().map_err(|e| StorageError(e.to_string()))?;
+    let s = Storage::open(dir.path())?;
+    let done = done_while_the_version_history_is_held(&s, || {
+        let mut batch = s.batch();
+        batch.insert(Space::Kv, b"key", b"value");
+        batch.commit()
+    })?;
+    assert!(done, "the write waited for the version history's lock");
+    assert_eq!(s.get(Space::Kv, b"key")?, Some(b"value".to_vec()));
+    Ok(())
+}
+
+/// Runs `write` on a thread while the Kv keyspace's version history lock is held here (as a
+/// table change holds it); lets the lock go once `write` is done, or after 30 s. Whether
+/// `write` was done before the lock went.
+fn done_while_the_version_history_is_held(
+    s: &Storage,
+    write: impl FnOnce() -> StorageResult<()> + Send,
+) -> StorageResult<bool> {
+    use fjall::AbstractTree;
+    let history = s.kv.tree.get_version_history_lock();
+    let (done, written) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            let committed = write();
+            let _ = done.send(());
+            committed
+        });
+        let waited = written.recv_timeout(std::time::Duration::from_secs(30));
+        drop(history);
+        writer
+            .join()
+            .map_err(|_| StorageError("writer panicked".into()))??;
+        Ok(waited.is_ok())
+    })
+}
+
+/// The memtable rotation a write asks for (once the memtable passes its size) waits for a
+/// table change without holding the journal's lock, so the writes after it go on meanwhile
+/// (fjall's worker used to wait with that lock held, and every write stalled behind the
+/// table change's fsyncs); the rotation happens once the table change is over.
+#[test]
+fn writes_go_on_while_a_rotation_waits_for_a_table_change() -> StorageResult<()> {
+    use fjall::AbstractTree;
+    let dir = tempfile::tempdir().map_err(|e| StorageError(e.to_string()))?;
+    let s = Storage::open(dir.path())?;
+    let first = s.kv.tree.active_memtable().id();
+    let done = done_while_the_version_history_is_held(&s, || {
+        // Twice the memtable's size: the write that passes it asks for a rotation.
+        let value = vec![7u8; 64 << 10];
+        for i in 0..2 * MEMTABLE_BYTES / (64 << 10) {
+            let mut batch = s.batch();
+            batch.insert(Space::Kv, format!("key{i:04}").as_bytes(), &value);
+            batch.commit()?;
+        }
+        Ok(())
+    })?;
+    assert!(
+        done,
+        "the writes waited while a rotation waited for the version history's lock"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while s.kv.tree.active_memtable().id() == first {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the memtable was never rotated"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(s.get(Space::Kv, b"key0000")?, Some(vec![7u8; 64 << 10]));
+    Ok(())
+}
