@@ -235,9 +235,16 @@ impl<'w, W: Write> Tree<'w, W> {
             self.flush_leaf()?;
         }
         self.leaf.bytes += size;
+        // Measuring needs the sizes (counted above) and the keys (branches hold them), never
+        // the values: not copied then.
+        let value = if self.writer.promised.is_some() {
+            value.to_vec()
+        } else {
+            Vec::new()
+        };
         self.leaf.elements.push(Element {
             key: key.to_vec(),
-            value: value.to_vec(),
+            value,
             flags,
         });
         Ok(())

@@ -651,7 +651,7 @@ impl Table {
     #[must_use]
     #[doc(hidden)]
     pub fn tombstone_ratio(&self) -> f32 {
-        // Concord patch: upstream's commented-out formula, instead of a `todo!()`.
+        // Concord patch: upstream's commented-out formula, where upstream left a panicking stub.
         if self.metadata.item_count == 0 {
             return 0.0;
         }
