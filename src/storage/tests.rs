@@ -1,5 +1,5 @@
 //! Storage tests: the Raft log beside the state, the format version, and writes that must not
-//! wait for fjall's table changes.
+//! wait for fjall's table changes (memtable and journal rotations among them).
 
 use super::*;
 
@@ -131,5 +131,47 @@ fn writes_go_on_while_a_rotation_waits_for_a_table_change() -> StorageResult<()>
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     assert_eq!(s.get(Space::Kv, b"key0000")?, Some(vec![7u8; 64 << 10]));
+    Ok(())
+}
+
+/// A journal rotation (fjall's flush worker, with the journal's lock held, once the journal
+/// passes 64 MB) reads every keyspace's highest memtable sequence number, and the journal
+/// maintenance after it every keyspace's highest persisted one. Both read the latest version
+/// without the version history's lock (lsm-tree patch 4), so the journal rotates, and writes go
+/// on, while a table change in another keyspace holds that lock (they stalled behind its fsyncs
+/// before).
+#[test]
+fn writes_go_on_while_a_journal_rotation_meets_a_table_change() -> StorageResult<()> {
+    let dir = tempfile::tempdir().map_err(|e| StorageError(e.to_string()))?;
+    let s = Storage::open(dir.path())?;
+    let mut batch = s.batch();
+    batch.insert(Space::Kv, b"key", b"value");
+    batch.commit()?;
+    let value = vec![3u8; 64 << 10];
+    let done = done_while_the_version_history_is_held(&s, || {
+        // Another keyspace's memtables rotate and flush; the flush worker rotates the journal
+        // once it has passed 64 MB (past that, the writes slow down to give it the time).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut i = 0u64;
+        while s.db.journal_count() < 2 {
+            if std::time::Instant::now() > deadline {
+                return Err(StorageError("the journal never rotated".into()));
+            }
+            let mut batch = s.batch();
+            batch.insert(Space::Lease, format!("lease{i:05}").as_bytes(), &value);
+            batch.commit()?;
+            i += 1;
+            if i * (64 << 10) > MAX_JOURNALS {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        Ok(())
+    })?;
+    assert!(
+        done,
+        "the journal rotation (and the writes) waited for the version history's lock"
+    );
+    assert_eq!(s.get(Space::Kv, b"key")?, Some(b"value".to_vec()));
+    assert_eq!(s.get(Space::Lease, b"lease00000")?, Some(value));
     Ok(())
 }

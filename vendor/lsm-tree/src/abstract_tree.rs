@@ -293,6 +293,12 @@ pub trait AbstractTree {
     /// Concord patch: blocks until no table change holds the version history's lock.
     fn wait_for_version_history(&self);
 
+    /// Concord patch: the version history's lock if no table change holds it at once.
+    #[doc(hidden)]
+    fn try_version_history_lock(
+        &self,
+    ) -> Option<RwLockWriteGuard<'_, crate::version::SuperVersions>>;
+
     /// Returns the number of tables currently in the tree.
     fn table_count(&self) -> usize;
 

@@ -786,7 +786,13 @@ impl Keyspace {
                 .expect("lock is poisoned")
                 .values()
             {
-                if let Err(e) = keyspace.tree.get_version_history_lock().maintenance(
+                // Concord patch: a keyspace whose version history a table change holds (across
+                // its fsyncs) is left for the next rotation, instead of keeping this worker
+                // from its flushes and the journal's rotation meanwhile.
+                let Some(mut history) = keyspace.tree.try_version_history_lock() else {
+                    continue;
+                };
+                if let Err(e) = history.maintenance(
                     keyspace.path(),
                     self.supervisor.snapshot_tracker.get_seqno_safe_to_gc(),
                 ) {

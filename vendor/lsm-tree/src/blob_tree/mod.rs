@@ -552,6 +552,12 @@ impl AbstractTree for BlobTree {
         self.index.wait_for_version_history();
     }
 
+    fn try_version_history_lock(
+        &self,
+    ) -> Option<std::sync::RwLockWriteGuard<'_, crate::version::SuperVersions>> {
+        self.index.try_version_history_lock()
+    }
+
     fn table_count(&self) -> usize {
         self.index.table_count()
     }

@@ -161,12 +161,10 @@ impl AbstractTree for Tree {
     }
 
     fn current_version(&self) -> Version {
-        #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
-        self.version_history
-            .read()
-            .expect("poisoned")
-            .latest_version()
-            .version
+        // Concord patch: from the mirror of the latest super version, not the version
+        // history's lock, which a table change holds across its fsyncs (fjall's journal
+        // maintenance reads this with the journal manager's lock held).
+        self.latest.version()
     }
 
     fn get_flush_lock(&self) -> std::sync::MutexGuard<'_, ()> {
@@ -557,6 +555,18 @@ impl AbstractTree for Tree {
         drop(self.version_history.read().expect("lock is poisoned"));
     }
 
+    fn try_version_history_lock(
+        &self,
+    ) -> Option<std::sync::RwLockWriteGuard<'_, crate::version::SuperVersions>> {
+        // Concord patch: see `AbstractTree::try_version_history_lock`.
+        match self.version_history.try_write() {
+            Ok(lock) => Some(lock),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+            #[expect(clippy::panic, reason = "lock is expected to not be poisoned")]
+            Err(std::sync::TryLockError::Poisoned(_)) => panic!("lock is poisoned"),
+        }
+    }
+
     fn table_count(&self) -> usize {
         self.current_version().table_count()
     }
@@ -600,23 +610,9 @@ impl AbstractTree for Tree {
     }
 
     fn get_highest_memtable_seqno(&self) -> Option<SeqNo> {
-        #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
-        let version = self
-            .version_history
-            .read()
-            .expect("lock is poisoned")
-            .latest_version();
-
-        let active = version.active_memtable.get_highest_seqno();
-
-        let sealed = version
-            .sealed_memtables
-            .iter()
-            .map(|mt| mt.get_highest_seqno())
-            .max()
-            .flatten();
-
-        active.max(sealed)
+        // Concord patch: from the mirror, not the version history's lock: fjall calls this
+        // with the journal's lock held (a journal rotation), and every write needs that lock.
+        self.latest.highest_memtable_seqno()
     }
 
     fn get_highest_persisted_seqno(&self) -> Option<SeqNo> {

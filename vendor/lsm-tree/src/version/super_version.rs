@@ -91,6 +91,30 @@ impl Latest {
         self.read().as_ref().filter(|v| v.seqno < seqno).cloned()
     }
 
+    /// The latest version (Concord patch: for `Tree::current_version`).
+    pub(crate) fn version(&self) -> Version {
+        #[expect(clippy::expect_used, reason = "published when the history is created")]
+        self.read()
+            .as_ref()
+            .expect("the latest super version is published")
+            .version
+            .clone()
+    }
+
+    /// The highest sequence number in the latest super version's memtables (active and
+    /// sealed), as `Tree::get_highest_memtable_seqno` reads it.
+    pub(crate) fn highest_memtable_seqno(&self) -> Option<SeqNo> {
+        let latest = self.read();
+        let v = latest.as_ref()?;
+        let sealed = v
+            .sealed_memtables
+            .iter()
+            .map(|mt| mt.get_highest_seqno())
+            .max()
+            .flatten();
+        v.active_memtable.get_highest_seqno().max(sealed)
+    }
+
     /// Runs in level 0 of the latest version.
     pub(crate) fn l0_run_count(&self) -> usize {
         self.read()
