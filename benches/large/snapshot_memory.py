@@ -106,6 +106,11 @@ def run(label, server, etcdctl, bench, keys, value_size, work, opts):
             "snapshot_save_rss_above_mib": None if opts.no_snapshot else round(save_peak - steady),
         }
         if opts.defrag:
+            if opts.cold_cache:
+                # As on a state larger than memory: the paced ranges read their values from disk.
+                subprocess.run(["sync"], check=True)
+                with open("/proc/sys/vm/drop_caches", "w") as f:
+                    f.write("3\n")
             row.update(defrag_under_load(etcdctl, bench, ep0, keys, value_size))
         if opts.no_join:
             return row
@@ -177,6 +182,9 @@ def main():
                     help="no snapshot save at all")
     ap.add_argument("--no-join", action="store_true",
                     help="no second member (its copy of the state would not fit on the disk)")
+    ap.add_argument("--cold-cache", action="store_true",
+                    help="with --defrag: drop the kernel's page cache (root) before the paced "
+                    "phases, so that a state smaller than memory is read from disk as a larger one is")
     ap.add_argument("--defrag", action="store_true",
                     help="also paced puts and ranges during a defrag, after the snapshot")
     a = ap.parse_args()
