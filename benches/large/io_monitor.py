@@ -36,7 +36,7 @@ while True:
                     state = st[st.rindex(")")+2]
                     if state == "D":
                         wchan = open(f"/proc/{p}/task/{t}/wchan").read()
-                        th.append((name, state, wchan))
+                        th.append((name, wchan))
                 except OSError:
                     pass
             rec["D"] = th

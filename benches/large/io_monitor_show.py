@@ -12,5 +12,5 @@ for r in rows:
         d, p = r["disk"], prev["disk"]
         print(f'{r["t"]-t0:7.1f} srv r {(r["read"]-prev["read"])/dt/1e6:6.1f} w {(r["write"]-prev["write"])/dt/1e6:6.1f} '
               f'disk r {(d["rd_sect"]-p["rd_sect"])*512/dt/1e6:6.1f} w {(d["wr_sect"]-p["wr_sect"])*512/dt/1e6:6.1f} '
-              f'busy {(d["io_ms"]-p["io_ms"])/dt/10:5.1f}% D {collections.Counter(n+":"+w for n,_,w in r.get("D",[])).most_common(4)}')
+              f'busy {(d["io_ms"]-p["io_ms"])/dt/10:5.1f}% D {collections.Counter(n+":"+w for n, w in r.get("D", [])).most_common(4)}')
     prev = r

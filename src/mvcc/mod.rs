@@ -19,7 +19,7 @@ mod write_txn;
 pub use index_build::Changes;
 pub use key_index::{KeyIndex, KeyRange, KeyRevision};
 pub use lease_table::{LeaseInfo, LeaseTable};
-pub use range::{range, Planned, RangePlan, ViewRange};
+pub use range::range;
 pub use revision::Revision;
 pub use store::{KvTxn, MvccStore, ReadTxn};
 pub use write_txn::WriteTxn;

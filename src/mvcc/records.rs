@@ -147,16 +147,3 @@ pub(super) fn key_value(key: &[u8], change: &KeyRevision, value: Vec<u8>) -> Key
         lease: change.lease,
     }
 }
-
-/// The key-value of `change` from its stored record (`read`, a get of its revision).
-pub(super) fn stored_key_value(
-    read: StorageResult<Option<Vec<u8>>>,
-    key: &[u8],
-    change: &KeyRevision,
-) -> crate::error::Result<KeyValue> {
-    let bytes = read
-        .map_err(|_| crate::error::Error::Storage)?
-        .ok_or(crate::error::Error::Storage)?;
-    let (_, stored) = decode_record(&bytes).map_err(|_| crate::error::Error::Storage)?;
-    Ok(key_value(key, change, stored.value))
-}

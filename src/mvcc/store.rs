@@ -8,14 +8,12 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use super::garbage::Garbage;
 use super::published::{Published, Unreadable};
-use super::range::{self, Planned, ViewRange};
 use super::records::{
-    self, alarm_bit, decode_alarm_key, decode_as, decode_lease, decode_record, etcd_entry,
+    alarm_bit, decode_alarm_key, decode_as, decode_lease, decode_record, etcd_entry, key_value,
     to_event, IndexFields,
 };
 use super::{Changes, KeyIndex, KeyRange, KeyRevision, LeaseInfo, LeaseTable, Revision, WriteTxn};
 use crate::error::{Error, Result};
-use crate::pb::etcdserverpb::{RangeRequest, RangeResponse};
 use crate::pb::mvccpb::{Event, KeyValue};
 use crate::storage::{meta_key, Space, Storage, StorageError, StorageResult};
 
@@ -142,35 +140,6 @@ impl MvccStore {
         Ok(ReadTxn {
             storage: &self.storage,
             state: self.state.read().map_err(|_| Error::Storage)?,
-        })
-    }
-
-    /// Answers a `Range` request as [`super::range`] does over [`Self::read`], but holds the
-    /// state lock only to resolve the key index: the values are read afterwards, from a view
-    /// of the keyspaces taken under the lock (so the same data). A value not in the page cache
-    /// is a disk read, and on a busy disk one can take hundreds of milliseconds; under the
-    /// lock, every write (which needs it exclusively) waited for it, and the reads after the
-    /// write for the write.
-    ///
-    /// # Errors
-    /// As [`super::range`], and as [`Self::read`].
-    pub fn range_off_lock(&self, req: &RangeRequest) -> Result<RangeResponse> {
-        match self.plan_range(req)? {
-            Planned::Done(resp) => Ok(resp),
-            Planned::Load(read) => read.finish(req),
-        }
-    }
-
-    /// The first half of [`Self::range_off_lock`]: the range resolved in the key index under
-    /// the state lock, which is let go when this returns.
-    ///
-    /// # Errors
-    /// As [`Self::range_off_lock`].
-    pub fn plan_range(&self, req: &RangeRequest) -> Result<Planned<ViewRange>> {
-        let read = self.read()?;
-        Ok(match range::plan(&read, req)? {
-            Planned::Done(resp) => Planned::Done(resp),
-            Planned::Load(plan) => Planned::Load(ViewRange::new(plan, self.storage.view())),
         })
     }
 
@@ -474,7 +443,12 @@ pub(super) fn load_from_disk(
     key: &[u8],
     change: &KeyRevision,
 ) -> Result<KeyValue> {
-    records::stored_key_value(storage.get(Space::Kv, &change.rev.to_bytes()), key, change)
+    let bytes = storage
+        .get(Space::Kv, &change.rev.to_bytes())
+        .map_err(|_| Error::Storage)?
+        .ok_or(Error::Storage)?;
+    let (_, stored) = decode_record(&bytes).map_err(|_| Error::Storage)?;
+    Ok(key_value(key, change, stored.value))
 }
 
 /// A consistent read of the store; holds the state lock for reading.

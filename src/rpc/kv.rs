@@ -9,6 +9,7 @@ use super::{fill_header, require_leader, status::status, validate, Context};
 use crate::apply::{txn, Command, Op, Outcome};
 use crate::auth::{needs, Caller};
 use crate::error::Error;
+use crate::mvcc;
 use crate::pb::etcdserverpb::kv_server::Kv;
 use crate::pb::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
@@ -45,7 +46,9 @@ impl KvService {
             self.ctx.node.read_index().await.map_err(status)?;
         }
         self.ctx.check(caller, || needs::range(r))?;
-        let mut resp = self.ctx.node.mvcc().range_off_lock(r).map_err(status)?;
+        let read = self.ctx.node.mvcc().read().map_err(status)?;
+        let mut resp = mvcc::range(&read, r).map_err(status)?;
+        drop(read);
         fill_header(&self.ctx.node, &mut resp.header);
         Ok(resp)
     }

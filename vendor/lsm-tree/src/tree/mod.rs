@@ -539,14 +539,8 @@ impl AbstractTree for Tree {
 
     fn try_rotate_memtable(&self) -> Option<Option<Arc<Memtable>>> {
         // Concord patch: see `AbstractTree::try_rotate_memtable`.
-        match self.version_history.try_write() {
-            Ok(mut version_history_lock) => {
-                Some(self.rotate_memtable_locked(&mut version_history_lock))
-            }
-            Err(std::sync::TryLockError::WouldBlock) => None,
-            #[expect(clippy::panic, reason = "lock is expected to not be poisoned")]
-            Err(std::sync::TryLockError::Poisoned(_)) => panic!("lock is poisoned"),
-        }
+        let mut version_history_lock = self.try_version_history_lock()?;
+        Some(self.rotate_memtable_locked(&mut version_history_lock))
     }
 
     fn wait_for_version_history(&self) {
