@@ -268,6 +268,9 @@ pub static PROPOSALS_FAILED: AtomicU64 = AtomicU64::new(0);
 pub static WATCH_STREAMS: AtomicI64 = AtomicI64::new(0);
 /// `etcd_debugging_mvcc_events_total`: events sent to watchers.
 pub static EVENTS_SENT: AtomicU64 = AtomicU64::new(0);
+/// `concord_reads_off_worker_total` (no etcd counterpart): store reads run off the runtime's
+/// workers because reads were waiting for the disk (see `rpc::disk_reads`).
+pub static READS_OFF_WORKER: AtomicU64 = AtomicU64::new(0);
 
 /// Member state read at scrape time.
 pub struct Snapshot {
@@ -400,6 +403,11 @@ pub fn render(s: &Snapshot) -> String {
         out,
         "# HELP etcd_server_slow_apply_total The total number of slow apply requests (likely overloaded from slow disk).\n# TYPE etcd_server_slow_apply_total counter\netcd_server_slow_apply_total {}",
         SLOW_APPLY.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP concord_reads_off_worker_total Store reads run off the runtime's workers while reads wait for the disk.\n# TYPE concord_reads_off_worker_total counter\nconcord_reads_off_worker_total {}",
+        READS_OFF_WORKER.load(Ordering::Relaxed)
     );
     let rtt = "etcd_network_peer_round_trip_time_seconds";
     let _ = writeln!(

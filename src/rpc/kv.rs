@@ -5,7 +5,7 @@ use std::pin::Pin;
 use futures::Stream;
 use tonic::{Request, Response, Status};
 
-use super::{fill_header, require_leader, status::status, validate, Context};
+use super::{disk_reads, fill_header, require_leader, status::status, validate, Context};
 use crate::apply::{txn, Command, Op, Outcome};
 use crate::auth::{needs, Caller};
 use crate::error::Error;
@@ -46,9 +46,12 @@ impl KvService {
             self.ctx.node.read_index().await.map_err(status)?;
         }
         self.ctx.check(caller, || needs::range(r))?;
-        let read = self.ctx.node.mvcc().read().map_err(status)?;
-        let mut resp = mvcc::range(&read, r).map_err(status)?;
-        drop(read);
+        let mvcc = self.ctx.node.mvcc();
+        let mut resp = disk_reads::run(|| {
+            let read = mvcc.read()?;
+            mvcc::range(&read, r)
+        })
+        .map_err(status)?;
         fill_header(&self.ctx.node, &mut resp.header);
         Ok(resp)
     }
@@ -161,8 +164,8 @@ impl Kv for KvService {
                 self.ctx.node.read_index().await.map_err(status)?;
             }
             self.ctx.check(caller.as_ref(), || needs::txn(&r))?;
-            let mut read = self.ctx.node.mvcc().read().map_err(status)?;
-            txn::execute(&mut read, &r).map_err(status)?
+            let mvcc = self.ctx.node.mvcc();
+            disk_reads::run(|| txn::execute(&mut mvcc.read()?, &r)).map_err(status)?
         } else {
             let Outcome::Txn(resp) = self.write(caller, Op::Txn(r)).await? else {
                 return Err(unexpected());

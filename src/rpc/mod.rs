@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod cluster;
+pub mod disk_reads;
 pub mod election;
 pub mod gateway;
 mod gateway_auth;
