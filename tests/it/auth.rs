@@ -92,7 +92,13 @@ async fn setup(c: &Cluster) -> TestResult {
 
 /// A cluster of `n` members started with `extra` flags, set up by [`setup`].
 async fn auth_cluster(n: usize, extra: &[&str]) -> TestResult<Cluster> {
-    let c = Cluster::start_with(n, extra)?;
+    // etcd's default timing, not the fault tests' short one: these tests send writes straight
+    // after the set-up and do not retry them, so an election on a busy machine (the test suite
+    // runs many clusters at once on two cores) would fail them with `leader changed`.
+    let mut c = Cluster::prepare(n, extra)?.with_timing(100, 1000);
+    for i in 0..n {
+        c.spawn(i)?;
+    }
     c.wait_leader(Duration::from_secs(20)).await?;
     setup(&c).await?;
     Ok(c)
