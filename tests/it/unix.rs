@@ -83,8 +83,8 @@ async fn three_members(
                     &format!("--listen-peer-urls={scheme}://localhost:1{i}"),
                     &format!("--initial-advertise-peer-urls={scheme}://localhost:1{i}"),
                     &format!("--initial-cluster={initial}"),
-                    "--heartbeat-interval=50",
-                    "--election-timeout=500",
+                    "--heartbeat-interval=100",
+                    "--election-timeout=1000",
                     "--log-level=warn",
                 ])
                 .args(flags)
@@ -93,7 +93,8 @@ async fn three_members(
                 .spawn()?,
         );
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
+    // Generous: three members forming over TLS on a machine running many tests at once.
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let put = async {
             kv(run.path().join("localhost:20"), client_tls.clone())
@@ -112,14 +113,25 @@ async fn three_members(
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
-    let got = kv(run.path().join("localhost:22"), client_tls)
-        .await?
-        .range(RangeRequest {
-            key: b"k".to_vec(),
-            ..Default::default()
-        })
-        .await?
-        .into_inner();
+    // The third member may still be catching up (a linearizable read waits for it); retried.
+    let got = loop {
+        let range = async {
+            let got = kv(run.path().join("localhost:22"), client_tls.clone())
+                .await?
+                .range(RangeRequest {
+                    key: b"k".to_vec(),
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            TestResult::Ok(got)
+        };
+        match range.await {
+            Ok(got) => break got,
+            Err(e) if Instant::now() > deadline => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    };
     assert_eq!(
         got.kvs.first().map(|kv| kv.value.clone()),
         Some(b"v".to_vec())
