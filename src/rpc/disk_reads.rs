@@ -132,11 +132,15 @@ mod tests {
     #[test]
     fn a_slow_read_sends_the_next_reads_off_the_worker_for_a_while() {
         let placement = Placement::new(disk);
+        let started = Instant::now();
         assert_eq!(placement.run(|| 7), 7);
-        assert!(
-            !placement.off_worker_at(Instant::now()),
-            "a quick read moved reads"
-        );
+        // Checked only when the read was quick in fact (a preempted thread makes it slow).
+        if started.elapsed() < SLOW {
+            assert!(
+                !placement.off_worker_at(Instant::now()),
+                "a quick read moved reads"
+            );
+        }
         placement.run(slow_read);
         let now = Instant::now();
         assert!(placement.off_worker_at(now));
