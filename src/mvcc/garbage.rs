@@ -154,6 +154,7 @@ fn run(storage: &Storage, state: &RwLock<State>, garbage: &Garbage) {
         let mut writes = storage.batch();
         for rev in &batch {
             writes.remove(Space::Kv, &rev.to_bytes());
+            writes.remove(Space::Index, &rev.to_bytes());
         }
         if let Err(e) = writes.commit() {
             // Left on disk: found again by the next start's index rebuild.
@@ -245,12 +246,18 @@ mod tests {
         let store = MvccStore::open(storage.clone())?;
         write_versions(&store, 5000)?;
         assert_eq!(storage.scan(Space::Kv)?.len(), 15_000);
+        assert_eq!(storage.scan(Space::Index)?.len(), 15_000);
         let mut w = store.write()?;
         w.compact(w.read_revision())?;
         w.commit()?;
         wait_drained(&store)?;
         // Each key's last version is all that is left, and it still reads.
         assert_eq!(storage.scan(Space::Kv)?.len(), 5000);
+        assert_eq!(
+            storage.scan(Space::Index)?.len(),
+            5000,
+            "index entries go too"
+        );
         let r = store.read()?;
         assert_eq!(
             r.index_range(&crate::mvcc::KeyRange::Single(b"k7".to_vec()), 15_001)

@@ -2,11 +2,13 @@
 //! any revision above the compacted one can be read.
 //!
 //! Values live on disk in the `kv` keyspace keyed by revision; the [`KeyIndex`] (key → history)
-//! lives in memory and is rebuilt from disk on start. Readers take a [`ReadTxn`], the apply path a
+//! lives in memory and is rebuilt on start from the `index` keyspace, which repeats each
+//! record's key-index fields without its value. Readers take a [`ReadTxn`], the apply path a
 //! [`WriteTxn`]; a write is invisible to readers until its batch has committed.
 
 mod garbage;
 mod index_build;
+mod index_load;
 mod key_index;
 mod lease_table;
 mod published;

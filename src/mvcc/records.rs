@@ -137,6 +137,27 @@ pub(super) struct IndexFields {
     pub(super) lease: i64,
 }
 
+/// The `index` keyspace's entry for a record of `key` (see [`IndexFields`]): the record's tag,
+/// then the fields, so that [`decode_as`] reads it as it reads the record.
+pub(super) fn encode_index_entry(key: &[u8], change: &KeyRevision) -> Value {
+    let fields = IndexFields {
+        key: key.to_vec(),
+        create_revision: change.create_revision,
+        version: change.version,
+        lease: change.lease,
+    };
+    Value::build(1 + fields.encoded_len(), |out| {
+        if let Some((tag, mut body)) = out.split_first_mut() {
+            *tag = if change.is_tombstone() {
+                TOMBSTONE_TAG
+            } else {
+                PUT_TAG
+            };
+            fields.encode(&mut body).unwrap_or_default();
+        }
+    })
+}
+
 pub(super) fn key_value(key: &[u8], change: &KeyRevision, value: Vec<u8>) -> KeyValue {
     KeyValue {
         key: key.to_vec(),

@@ -9,10 +9,9 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 use super::garbage::Garbage;
 use super::published::{Published, Unreadable};
 use super::records::{
-    alarm_bit, decode_alarm_key, decode_as, decode_lease, decode_record, etcd_entry, key_value,
-    to_event, IndexFields,
+    alarm_bit, decode_alarm_key, decode_lease, decode_record, etcd_entry, key_value, to_event,
 };
-use super::{Changes, KeyIndex, KeyRange, KeyRevision, LeaseInfo, LeaseTable, Revision, WriteTxn};
+use super::{KeyIndex, KeyRange, KeyRevision, LeaseInfo, LeaseTable, Revision, WriteTxn};
 use crate::error::{Error, Result};
 use crate::pb::mvccpb::{Event, KeyValue};
 use crate::storage::{meta_key, Space, Storage, StorageError, StorageResult};
@@ -330,7 +329,7 @@ fn load_state(storage: &Storage) -> StorageResult<(State, Vec<Revision>)> {
     let current = read_i64(meta_key::REVISION, 1)?;
     let compacted = read_i64(meta_key::COMPACTED, -1)?;
     let loading = std::time::Instant::now();
-    let mut index = load_index(storage, current)?;
+    let mut index = super::index_load::load_index(storage, current)?;
     let leftover = if compacted > 0 {
         index.compact(compacted)
     } else {
@@ -368,44 +367,6 @@ fn load_state(storage: &Storage) -> StorageResult<(State, Vec<Revision>)> {
         },
         leftover,
     ))
-}
-
-/// Rebuilds the key index from every stored change. The two halves of the revision space are
-/// read and decoded on two threads; the index is then built shard by shard (`index_build.rs`),
-/// in about its own memory.
-fn load_index(storage: &Storage, current: i64) -> StorageResult<KeyIndex> {
-    let middle = Revision::new(current / 2 + 1, 0).to_bytes();
-    let (low, high) = std::thread::scope(|scope| {
-        let low = scope.spawn(|| read_changes(storage, &[], Some(&middle)));
-        let high = read_changes(storage, &middle, None);
-        (low.join(), high)
-    });
-    let mut changes = low.map_err(|_| StorageError("key index loader panicked".into()))??;
-    changes.append(high?);
-    Ok(KeyIndex::build(changes))
-}
-
-/// The key index entries of the changes stored at revisions `from <= rev < to`.
-fn read_changes(storage: &Storage, from: &[u8], to: Option<&[u8]>) -> StorageResult<Changes> {
-    let mut changes = Changes::default();
-    storage.for_each_in(Space::Kv, from, to, |k, v| {
-        let rev = Revision::from_bytes(k)
-            .ok_or_else(|| StorageError(format!("corrupt revision key {k:?}")))?;
-        let (tombstone, head) = decode_as::<IndexFields>(v)?;
-        let change = if tombstone {
-            KeyRevision::tombstone(rev)
-        } else {
-            KeyRevision {
-                rev,
-                create_revision: head.create_revision,
-                version: head.version,
-                lease: head.lease,
-            }
-        };
-        changes.push(head.key.into_boxed_slice(), change);
-        Ok(())
-    })?;
-    Ok(changes)
 }
 
 /// Operations a request runs against the store, shared by reads and writes so that request

@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::sync::RwLockWriteGuard;
 
 use super::published::Published;
-use super::records::{alarm_key, decode_record, encode_lease, encode_record, key_value, to_event};
+use super::records::{
+    alarm_key, decode_record, encode_index_entry, encode_lease, encode_record, key_value, to_event,
+};
 use super::store::{load_from_disk, KvTxn, State};
 use super::{KeyRange, KeyRevision, Revision};
 use crate::error::{Error, Result};
@@ -25,6 +27,9 @@ pub struct WriteTxn<'a> {
     /// Writes of this batch by keyspace and key (`None` deletes), readable before commit and
     /// written as one fjall batch by [`WriteTxn::commit`].
     staged: BTreeMap<(Space, Vec<u8>), Option<Value>>,
+    /// The `index` keyspace's entries of this batch's records (never read back before commit,
+    /// nor written twice: kept apart from `staged`).
+    index_entries: Vec<([u8; 16], Value)>,
     /// Changes made by the current request.
     sub: i64,
     /// Whether anything was written since the batch began.
@@ -51,6 +56,7 @@ impl<'a> WriteTxn<'a> {
             published,
             alarms_changed: false,
             staged: BTreeMap::new(),
+            index_entries: Vec::new(),
             sub: 0,
             dirty: false,
             events: Vec::new(),
@@ -68,8 +74,10 @@ impl<'a> WriteTxn<'a> {
     fn record(&mut self, key: &[u8], change: KeyRevision, value: &[u8]) {
         let kv = key_value(key, &change, value.to_vec());
         let bytes = encode_record(change.is_tombstone(), &kv);
-        self.staged
-            .insert((Space::Kv, change.rev.to_bytes().to_vec()), Some(bytes));
+        let rev = change.rev.to_bytes();
+        self.staged.insert((Space::Kv, rev.to_vec()), Some(bytes));
+        self.index_entries
+            .push((rev, encode_index_entry(key, &change)));
         self.state.index.push(key, change);
         self.dirty = true;
         self.events.push(to_event(change.is_tombstone(), kv));
@@ -210,6 +218,9 @@ impl<'a> WriteTxn<'a> {
                 Some(v) => batch.insert_value(space, &key, v),
                 None => batch.remove(space, &key),
             }
+        }
+        for (rev, entry) in std::mem::take(&mut self.index_entries) {
+            batch.insert_value(Space::Index, &rev, entry);
         }
         batch.commit()?;
         if let Some(at) = self.compacted_at.take() {

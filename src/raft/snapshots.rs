@@ -241,8 +241,11 @@ impl SnapshotFiles {
     fn refill(&self, storage: &Storage, path: &Path, meta: &Meta) -> io::Result<()> {
         let started = std::time::Instant::now();
         let mut out = Batches::new(storage);
+        // The key index's entries are the old state's: rebuilt from the new records when the
+        // store reloads (the marker's removal is written before any record).
+        out.remove(Space::Meta, meta_key::INDEX_COMPLETE)?;
         let view = storage.view();
-        for space in [Space::Kv, Space::Lease] {
+        for space in [Space::Kv, Space::Lease, Space::Index] {
             view.for_each(space, b"", |k, _| out.remove(space, k))?;
         }
         view.for_each(Space::Meta, b"", |k, _| {
@@ -311,6 +314,8 @@ pub fn restore_from(
                 true
             }
             Space::Lease => true,
+            // Derived from the records: written when the store first opens.
+            Space::Index => false,
             Space::Meta if r.key == meta_key::REVISION => {
                 if let Ok(b) = <[u8; 8]>::try_from(r.value.as_slice()) {
                     revision = i64::from_be_bytes(b);
@@ -492,6 +497,13 @@ mod tests {
         // removed and part of the new ones written.
         let b = Storage::open(&b_dir)?;
         fill(&b, "old", 2000)?;
+        // With the key index's entries of its old records, complete.
+        let mut index = b.batch();
+        for i in 0..2000 {
+            index.insert(Space::Index, format!("old{i:05}").as_bytes(), b"p");
+        }
+        index.insert(Space::Meta, meta_key::INDEX_COMPLETE, &[]);
+        index.commit()?;
         io::copy(
             &mut made,
             &mut std::fs::File::create(b_dir.join("snapshot.recv"))?,
@@ -524,6 +536,11 @@ mod tests {
             "exactly the snapshot's state, nothing old"
         );
         assert_eq!(b.get(Space::Meta, meta_key::INSTALLING)?, None);
+        assert!(
+            b.scan(Space::Index)?.is_empty()
+                && b.get(Space::Meta, meta_key::INDEX_COMPLETE)?.is_none(),
+            "the old state's index entries go, to be rebuilt from the new records"
+        );
         let applied: Option<openraft::LogId<u64>> =
             bincode::deserialize(&b.get(Space::Meta, meta_key::APPLIED)?.unwrap_or_default())
                 .map_err(io::Error::other)?;

@@ -14,6 +14,12 @@
 //! | `kv`        | [`Revision`] bytes (16)      | record: `p`/`t` + protobuf `KeyValue`   | v1    |
 //! | `meta`      | see [`meta_key`]             | state-machine metadata                  | v1    |
 //! | `lease`     | lease id, i64 big-endian     | granted, checkpointed TTL: 2 × i64 BE   | v1    |
+//! | `index`     | [`Revision`] bytes (16)      | the record's tag + its key-index fields | v3    |
+//!
+//! `index` repeats, for each record of `kv`, what the key index needs (key, create revision,
+//! version, lease) without the value, so that a start reads it instead of every value. It is
+//! written in the same batch as the record, and trusted only while the `meta` key
+//! [`meta_key::INDEX_COMPLETE`] is present (the MVCC layer rebuilds it otherwise).
 //!
 //! [`Revision`]: crate::mvcc::Revision
 
@@ -35,8 +41,9 @@ pub use view::View;
 /// The on-disk format this binary writes. Written at creation; a data dir with a newer format is
 /// refused, an older one is upgraded at open. 2: the Raft log's entries in `wal/` (1 kept them in
 /// the `raft_log` keyspace; a binary of format 1 refuses a dir of format 2, rather than take its
-/// empty `raft_log` for an empty log).
-pub const FORMAT_VERSION: u32 = 2;
+/// empty `raft_log` for an empty log). 3: the `index` keyspace (a binary of format 2 would write
+/// records without their index entries).
+pub const FORMAT_VERSION: u32 = 3;
 
 /// Keys of the `meta` keyspace.
 pub mod meta_key {
@@ -61,6 +68,9 @@ pub mod meta_key {
     /// bincode `SnapshotMeta`: a snapshot install in progress (since v1; see
     /// `raft::snapshots`).
     pub const INSTALLING: &[u8] = b"installing";
+    /// Empty: the `index` keyspace holds the index entry of every record of `kv` and nothing
+    /// else (since v3). Not carried by snapshots: an install removes it.
+    pub const INDEX_COMPLETE: &[u8] = b"index_complete";
 }
 
 /// The smallest key after every key starting with `prefix`; `[0]` (etcd's "to the end") when
@@ -119,6 +129,7 @@ pub struct Storage {
     kv: Keyspace,
     meta: Keyspace,
     lease: Keyspace,
+    index: Keyspace,
     /// Writes the state journal back in the background (see [`writeback`]).
     writeback: std::sync::Arc<writeback::Writeback>,
 }
@@ -132,6 +143,8 @@ pub enum Space {
     Meta,
     /// Leases: id → granted TTL.
     Lease,
+    /// The key index's fields of each MVCC record, by revision (derived from `Kv`).
+    Index,
 }
 
 /// Journal bytes per database before fjall flushes memtables to free the oldest journal (fjall's
@@ -151,6 +164,12 @@ const LOG_CACHE_BYTES: u64 = 8 * 1024 * 1024;
 
 fn keyspace_options() -> KeyspaceCreateOptions {
     KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES)
+}
+
+/// Options of the `index` keyspace: its entries are a few dozen bytes, a smaller memtable holds
+/// as many of them as the others hold records.
+fn index_options() -> KeyspaceCreateOptions {
+    KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES / 4)
 }
 
 /// Values of at least this many bytes live in blob files beside the tables of the keyspace
@@ -214,6 +233,7 @@ impl Storage {
             kv: db.keyspace("kv", large_value_options)?,
             meta: db.keyspace("meta", keyspace_options)?,
             lease: db.keyspace("lease", keyspace_options)?,
+            index: db.keyspace("index", index_options)?,
             db,
             writeback: writeback::Writeback::start(&dir.join("db")),
         };
@@ -227,7 +247,8 @@ impl Storage {
         };
         match found {
             Some(FORMAT_VERSION) => {}
-            None | Some(1) => {
+            // Format 2 lacks only `index`, which the MVCC layer builds when its marker is absent.
+            None | Some(1) | Some(2) => {
                 if found == Some(1) {
                     storage.move_log_to_wal()?;
                 }
@@ -283,6 +304,7 @@ impl Storage {
             Space::Kv => &self.kv,
             Space::Meta => &self.meta,
             Space::Lease => &self.lease,
+            Space::Index => &self.index,
         }
     }
 
@@ -505,6 +527,8 @@ impl Storage {
     /// The size of the state (etcd's backend size, `Status.dbSize`, what the space quota
     /// counts): the state keyspaces' tables plus their memtables, journals aside. Like etcd's
     /// bbolt file it does not shrink when history is compacted, only after [`Self::defragment`].
+    /// The `index` keyspace is left out, as etcd's key index, in memory, is: the quota counts
+    /// the same data on both.
     pub fn state_size(&self) -> u64 {
         let tables: u64 = [&self.kv, &self.meta, &self.lease]
             .iter()
@@ -519,7 +543,7 @@ impl Storage {
     /// # Errors
     /// On an I/O failure.
     pub fn defragment(&self) -> StorageResult<()> {
-        for ks in [&self.kv, &self.meta, &self.lease] {
+        for ks in [&self.kv, &self.meta, &self.lease, &self.index] {
             ks.rotate_memtable_and_wait()?;
             ks.major_compact()?;
         }
