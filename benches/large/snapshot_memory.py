@@ -12,7 +12,8 @@ meanwhile (sampled every 20 ms from /proc), and the newcomer's RSS 5 s after it 
 `--keys 4194304 --value-size 2048 --name large-profile-8g`). For a state the disk cannot hold
 twice: `--stream-snapshot` (the snapshot streamed and its digest checked, nothing kept),
 `--no-snapshot` (no save at all) and `--no-join`;
-`--defrag` adds paced puts and ranges, first alone, then during a defrag.
+`--defrag` adds paced puts and ranges, first alone, then during a defrag; `--cold-restart` drops
+the kernel's page cache before the restart (as a reboot would).
 
     benches/large/snapshot_memory.py --etcd-dir .etcd-ref/bin/etcd-ref \\
         --concord target/release/concord --bench target/release/concord-bench --out benches/large/
@@ -53,6 +54,13 @@ class Peak:
 
 
 
+def drop_page_cache():
+    """Writes back and drops the kernel's page cache (root): what is read next comes from disk."""
+    subprocess.run(["sync"], check=True)
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
 def run(label, server, etcdctl, bench, keys, value_size, work, opts):
     d = tempfile.mkdtemp(prefix=f"large-{label}-", dir=work)
     port = 23790
@@ -70,6 +78,8 @@ def run(label, server, etcdctl, bench, keys, value_size, work, opts):
         disk = int(subprocess.run(["du", "-sb", f"{d}/m0"], capture_output=True, text=True,
                                   check=True).stdout.split()[0])
         stop([m0])
+        if opts.cold_restart:
+            drop_page_cache()
         started = time.time()
         m0, ep0 = member(server, "m0", port, f"{d}/m0", extra=snapshots, log=f"{d}/m0.log")
         procs = [m0]
@@ -108,9 +118,7 @@ def run(label, server, etcdctl, bench, keys, value_size, work, opts):
         if opts.defrag:
             if opts.cold_cache:
                 # As on a state larger than memory: the paced ranges read their values from disk.
-                subprocess.run(["sync"], check=True)
-                with open("/proc/sys/vm/drop_caches", "w") as f:
-                    f.write("3\n")
+                drop_page_cache()
             row.update(defrag_under_load(etcdctl, bench, ep0, keys, value_size))
         if opts.no_join:
             return row
@@ -182,6 +190,9 @@ def main():
                     help="no snapshot save at all")
     ap.add_argument("--no-join", action="store_true",
                     help="no second member (its copy of the state would not fit on the disk)")
+    ap.add_argument("--cold-restart", action="store_true",
+                    help="drop the kernel's page cache (root) before the restart, so that the "
+                         "restart reads from disk what it reads, as after a reboot")
     ap.add_argument("--cold-cache", action="store_true",
                     help="with --defrag: drop the kernel's page cache (root) before the paced "
                     "phases, so that a state smaller than memory is read from disk as a larger one is")

@@ -67,13 +67,14 @@ for spec in "${specs[@]}"; do
 done
 wait "${pids[@]}"
 # Tests that failed run once more, alone and one package at a time: some upstream tests allow
-# the server 100 ms (TestCompact), which a machine running every suite at once can miss.
-python3 "$here/summarize.py" --to-rerun "$work/results" "${specs[@]}" | while read -r name p regex; do
+# the server 100 ms (TestCompact), which a machine running every suite at once can miss. A test
+# binary that did not finish (an upstream test panicked) runs again all it had not passed.
+python3 "$here/summarize.py" --to-rerun "$work/results" "${specs[@]}" | while read -r name p how regex; do
   for spec in "${specs[@]}"; do
     [[ ${spec%%=*} == "$name" ]] || continue
     IFS=: read -r binary members _ <<<"${spec#*=}"
     (cd "$work" && STORAGE_SUITE_SERVER="$binary" STORAGE_SUITE_MEMBERS="$members" \
-      go tool test2json -t "./$p.test" -test.v -test.run "$regex" -test.timeout 10m \
+      go tool test2json -t "./$p.test" -test.v "-test.$how" "$regex" -test.timeout 10m \
       > "results/$name.$p.rerun.json" 2>&1 || true)
   done
 done

@@ -13,6 +13,9 @@ that insist on it), and kube-apiserver's feature checker finds RequestWatchProgr
 before etcd 3.5.13, so etcd 3.5.1 fails the watch-cache tests that need it. A failed test
 that passed when run.sh ran it again alone (NAME.PACKAGE.rerun.json) is listed, not counted:
 some upstream tests give the server 100 ms, which a machine running every suite at once can miss.
+A test binary that did not finish (an upstream test panicked, which ends the binary: once,
+cacher's TestWatchNotHangingOnStartupFailure, whose storage is a mock, not the server) has the
+tests it left run again alone, and counts as finished if that run finishes.
 """
 
 import json
@@ -72,6 +75,11 @@ def first_error_lines(test, output, limit=6):
     return lines[:limit]
 
 
+def unfinished(outcome):
+    """Whether a run's test binary ended before reporting the package's result."""
+    return not any(outcome) or outcome.get("") is None
+
+
 def failures(results, specs):
     """Table rows, failures that count (name, package, test, lines), tolerated reference failures
     (text), and tests that failed and then passed when run again alone (text)."""
@@ -84,13 +92,24 @@ def failures(results, specs):
         reference = name.startswith("etcd")
         for package in packages.split(","):
             outcome, output, elapsed = load(os.path.join(results, f"{name}.{package}.json"))
-            again, _, _ = load(os.path.join(results, f"{name}.{package}.rerun.json"))
+            again, again_output, _ = load(os.path.join(results, f"{name}.{package}.rerun.json"))
             tests = {t: a for t, a in outcome.items() if t}
             counts = {a: sum(1 for x in tests.values() if x == a) for a in ("pass", "fail", "skip")}
             rows.append((name, members, package, counts["pass"], counts["fail"], counts["skip"], elapsed))
-            if not tests or outcome.get("") is None:
-                problems.append((name, package, "(no result: the test binary did not finish)", []))
             top_failed = [t for t, a in tests.items() if a == "fail" and "/" not in t]
+            if not unfinished(outcome):
+                pass
+            elif again.get("") is None:
+                problems.append((name, package, "(no result: the test binary did not finish)", []))
+            else:
+                reran.append(f"{name} {package} (the test binary did not finish: the tests it had"
+                             " not passed were run again alone, and finished)")
+                # What failed only in that run counts as any failure does.
+                for t in sorted(t for t, a in again.items() if t and a == "fail" and "/" not in t):
+                    if t not in top_failed:
+                        leaves = [u for u in again if u.startswith(t) and again[u] == "fail"]
+                        lines = [line for u in sorted(leaves) for line in first_error_lines(u, again_output)]
+                        problems.append((name, package, t, lines[:12]))
             if outcome.get("") == "fail" and not top_failed:
                 problems.append((name, package, "(the run failed outside any test)", output.get("", [])[-6:]))
             for t in sorted(top_failed):
@@ -109,14 +128,23 @@ def failures(results, specs):
 
 def main():
     if sys.argv[1] == "--to-rerun":
-        # What run.sh runs again: NAME PACKAGE REGEX per line, for failures that count.
+        # What run.sh runs again, a line per package: NAME PACKAGE run REGEX (the failures that
+        # count), or NAME PACKAGE skip REGEX (a binary that did not finish: all but the tests
+        # that passed or were skipped).
         _, problems, _, _ = failures(sys.argv[2], sys.argv[3:])
-        by = {}
+        by, cut_short = {}, set()
         for name, package, test, _ in problems:
             if test.startswith("Test"):
                 by.setdefault((name, package), []).append(test)
+            elif test.startswith("(no result"):
+                cut_short.add((name, package))
+        for name, package in sorted(cut_short):
+            outcome, _, _ = load(os.path.join(sys.argv[2], f"{name}.{package}.json"))
+            done = sorted(t for t, a in outcome.items() if t and "/" not in t and a in ("pass", "skip"))
+            print(name, package, "skip", "^(" + "|".join(done) + ")$" if done else "^$")
         for (name, package), tests in by.items():
-            print(name, package, "^(" + "|".join(tests) + ")$")
+            if (name, package) not in cut_short:
+                print(name, package, "run", "^(" + "|".join(tests) + ")$")
         return
     rows, problems, tolerated, reran = failures(sys.argv[1], sys.argv[2:])
     print("| server | members | package | passed | failed | skipped | seconds |")
