@@ -154,6 +154,20 @@ mod tests {
         Ok(())
     }
 
+    /// A data dir (kept while held), its storage, and the live keys [`write_history`] left.
+    type Written = (tempfile::TempDir, Storage, Vec<(Vec<u8>, KeyRevision)>);
+
+    /// A data dir with [`write_history`] written and closed, and every live key it then held.
+    fn written() -> Result<Written, Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let storage = Storage::open(dir.path())?;
+        let store = MvccStore::open(storage.clone())?;
+        write_history(&store)?;
+        let before = everything(&store)?;
+        drop(store);
+        Ok((dir, storage, before))
+    }
+
     /// Every live key of the store with its index entry, at the current revision.
     fn everything(store: &MvccStore) -> crate::error::Result<Vec<(Vec<u8>, KeyRevision)>> {
         let r = store.read()?;
@@ -186,13 +200,7 @@ mod tests {
 
     #[test]
     fn a_start_reads_the_index_entries_not_the_records() -> TestResult {
-        let dir = tempfile::tempdir()?;
-        let storage = Storage::open(dir.path())?;
-        let before = {
-            let store = MvccStore::open(storage.clone())?;
-            write_history(&store)?;
-            everything(&store)?
-        };
+        let (_dir, storage, before) = written()?;
         // Records emptied of their values and fields: only the index entries can say what
         // the keys are.
         let mut b = storage.batch();
@@ -207,13 +215,7 @@ mod tests {
 
     #[test]
     fn without_the_marker_a_start_rebuilds_the_entries_from_the_records() -> TestResult {
-        let dir = tempfile::tempdir()?;
-        let storage = Storage::open(dir.path())?;
-        let before = {
-            let store = MvccStore::open(storage.clone())?;
-            write_history(&store)?;
-            everything(&store)?
-        };
+        let (_dir, storage, before) = written()?;
         let records = fields(&storage, Space::Kv)?;
         // A data dir of format 2 (no entries), or one whose rebuild a crash cut short: some
         // entries missing, and one of a record long gone.
