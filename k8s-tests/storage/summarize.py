@@ -97,11 +97,9 @@ def failures(results, specs):
             counts = {a: sum(1 for x in tests.values() if x == a) for a in ("pass", "fail", "skip")}
             rows.append((name, members, package, counts["pass"], counts["fail"], counts["skip"], elapsed))
             top_failed = [t for t, a in tests.items() if a == "fail" and "/" not in t]
-            if not unfinished(outcome):
-                pass
-            elif again.get("") is None:
+            if unfinished(outcome) and unfinished(again):
                 problems.append((name, package, "(no result: the test binary did not finish)", []))
-            else:
+            elif unfinished(outcome):
                 reran.append(f"{name} {package} (the test binary did not finish: the tests it had"
                              " not passed were run again alone, and finished)")
                 # What failed only in that run counts as any failure does.

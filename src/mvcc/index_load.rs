@@ -6,12 +6,9 @@
 //! The two halves of the revision space are read and decoded on two threads; the index is then
 //! built shard by shard (`index_build.rs`), in about its own memory.
 
-use super::records::{decode_as, IndexFields};
+use super::records::{decode_as, encode_index_entry, IndexFields};
 use super::{Changes, KeyIndex, KeyRevision, Revision};
-use crate::storage::{meta_key, Batch, Space, Storage, StorageError, StorageResult};
-
-/// Index entries written per batch while rebuilding the `index` keyspace.
-const REBUILD_BATCH: usize = 1 << 14;
+use crate::storage::{meta_key, Batches, Space, Storage, StorageError, StorageResult};
 
 /// Rebuilds the key index from every stored change at revisions up to `current`.
 pub(super) fn load_index(storage: &Storage, current: i64) -> StorageResult<KeyIndex> {
@@ -43,18 +40,9 @@ pub(super) fn load_index(storage: &Storage, current: i64) -> StorageResult<KeyIn
 /// Removes every entry of the `index` keyspace (left by an interrupted rebuild, or by the state
 /// a snapshot install replaced).
 fn clear_index_entries(storage: &Storage) -> StorageResult<()> {
-    let mut batch = storage.batch();
-    let mut staged = 0;
-    storage.for_each_in(Space::Index, &[], None, |k, _| {
-        batch.remove(Space::Index, k);
-        staged += 1;
-        if staged == REBUILD_BATCH {
-            std::mem::replace(&mut batch, storage.batch()).commit()?;
-            staged = 0;
-        }
-        Ok(())
-    })?;
-    batch.commit()
+    let mut out = Batches::new(storage);
+    storage.for_each_in(Space::Index, &[], None, |k, _| out.remove(Space::Index, k))?;
+    out.flush()
 }
 
 /// The key index entries of the changes stored at revisions `from <= rev < to`, read from
@@ -66,7 +54,7 @@ fn read_changes(
     to: Option<&[u8]>,
 ) -> StorageResult<Changes> {
     let mut changes = Changes::default();
-    let mut rebuilt = (source == Space::Kv).then(|| Rebuilt::new(storage));
+    let mut rebuilt = (source == Space::Kv).then(|| Batches::new(storage));
     storage.for_each_in(source, from, to, |k, v| {
         let rev = Revision::from_bytes(k)
             .ok_or_else(|| StorageError(format!("corrupt revision key {k:?}")))?;
@@ -81,44 +69,16 @@ fn read_changes(
                 lease: head.lease,
             }
         };
-        if let Some(rebuilt) = rebuilt.as_mut() {
-            rebuilt.add(k, &head.key, &change)?;
+        if let Some(out) = rebuilt.as_mut() {
+            out.insert_value(Space::Index, k, encode_index_entry(&head.key, &change))?;
         }
         changes.push(head.key.into_boxed_slice(), change);
         Ok(())
     })?;
-    if let Some(rebuilt) = rebuilt {
-        rebuilt.batch.commit()?;
+    if let Some(mut out) = rebuilt {
+        out.flush()?;
     }
     Ok(changes)
-}
-
-/// The `index` keyspace's entries being written from the records, a batch at a time.
-struct Rebuilt<'a> {
-    storage: &'a Storage,
-    batch: Batch,
-    staged: usize,
-}
-
-impl<'a> Rebuilt<'a> {
-    fn new(storage: &'a Storage) -> Self {
-        Rebuilt {
-            storage,
-            batch: storage.batch(),
-            staged: 0,
-        }
-    }
-
-    fn add(&mut self, rev: &[u8], key: &[u8], change: &KeyRevision) -> StorageResult<()> {
-        let entry = super::records::encode_index_entry(key, change);
-        self.batch.insert_value(Space::Index, rev, entry);
-        self.staged += 1;
-        if self.staged == REBUILD_BATCH {
-            std::mem::replace(&mut self.batch, self.storage.batch()).commit()?;
-            self.staged = 0;
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

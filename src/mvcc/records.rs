@@ -82,10 +82,15 @@ pub(super) fn to_event(tombstone: bool, kv: KeyValue) -> Event {
 }
 
 pub(super) fn encode_record(tombstone: bool, kv: &KeyValue) -> Value {
-    Value::build(1 + kv.encoded_len(), |out| {
+    tagged(tombstone, kv)
+}
+
+/// A put's or a tombstone's tag, then `message`, built in place (records and index entries).
+fn tagged(tombstone: bool, message: &impl Message) -> Value {
+    Value::build(1 + message.encoded_len(), |out| {
         if let Some((tag, mut body)) = out.split_first_mut() {
             *tag = if tombstone { TOMBSTONE_TAG } else { PUT_TAG };
-            kv.encode(&mut body).unwrap_or_default();
+            message.encode(&mut body).unwrap_or_default();
         }
     })
 }
@@ -146,16 +151,7 @@ pub(super) fn encode_index_entry(key: &[u8], change: &KeyRevision) -> Value {
         version: change.version,
         lease: change.lease,
     };
-    Value::build(1 + fields.encoded_len(), |out| {
-        if let Some((tag, mut body)) = out.split_first_mut() {
-            *tag = if change.is_tombstone() {
-                TOMBSTONE_TAG
-            } else {
-                PUT_TAG
-            };
-            fields.encode(&mut body).unwrap_or_default();
-        }
-    })
+    tagged(change.is_tombstone(), &fields)
 }
 
 pub(super) fn key_value(key: &[u8], change: &KeyRevision, value: Vec<u8>) -> KeyValue {

@@ -24,10 +24,7 @@ use std::sync::Arc;
 
 pub use super::snapshot_file::Record;
 use super::snapshot_file::{self, carried_meta, Meta, Reader};
-use crate::storage::{meta_key, Batch, Space, Storage, View};
-
-/// Bytes of changes per batch while a snapshot is installed or restored.
-const BATCH_BYTES: usize = 8 << 20;
+use crate::storage::{meta_key, Batch, Batches, Space, Storage, View};
 
 /// Where earlier builds kept their latest snapshot, built every `--snapshot-count` entries:
 /// removed at start, unless an interrupted install still needs it.
@@ -401,53 +398,6 @@ fn applied_batch(storage: &Storage, meta: &Meta) -> io::Result<Batch> {
     let membership = bincode::serialize(&meta.last_membership).map_err(io::Error::other)?;
     batch.insert(Space::Meta, meta_key::MEMBERSHIP, &membership);
     Ok(batch)
-}
-
-/// Batches of at most [`BATCH_BYTES`] of changes, committed as they fill.
-struct Batches<'a> {
-    storage: &'a Storage,
-    batch: Option<Batch>,
-    bytes: usize,
-}
-
-impl<'a> Batches<'a> {
-    fn new(storage: &'a Storage) -> Self {
-        Batches {
-            storage,
-            batch: None,
-            bytes: 0,
-        }
-    }
-
-    fn insert(&mut self, space: Space, key: &[u8], value: &[u8]) -> io::Result<()> {
-        self.batch
-            .get_or_insert_with(|| self.storage.batch())
-            .insert(space, key, value);
-        self.grew(key.len() + value.len())
-    }
-
-    fn remove(&mut self, space: Space, key: &[u8]) -> io::Result<()> {
-        self.batch
-            .get_or_insert_with(|| self.storage.batch())
-            .remove(space, key);
-        self.grew(key.len())
-    }
-
-    fn grew(&mut self, by: usize) -> io::Result<()> {
-        self.bytes += by + 16;
-        if self.bytes >= BATCH_BYTES {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        if let Some(b) = self.batch.take() {
-            b.commit()?;
-        }
-        self.bytes = 0;
-        Ok(())
-    }
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {

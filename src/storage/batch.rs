@@ -1,5 +1,5 @@
-//! An atomic write across the state's keyspaces ([`Batch`]), and values built in place for it
-//! ([`Value`]).
+//! An atomic write across the state's keyspaces ([`Batch`]), values built in place for it
+//! ([`Value`]), and writes too many for one batch ([`Batches`]).
 
 use super::{Space, Storage, StorageResult};
 
@@ -68,6 +68,81 @@ impl Batch {
     pub fn commit(self) -> StorageResult<()> {
         self.inner.commit()?;
         self.storage.writeback.wrote();
+        Ok(())
+    }
+}
+
+/// Writes too many for one [`Batch`] (a snapshot install, a rebuilt keyspace), committed in
+/// batches of at most [`Batches::BYTES`] as they fill: atomic batch by batch, not as a whole,
+/// so a caller that a crash interrupts must be able to start again.
+pub struct Batches<'a> {
+    storage: &'a Storage,
+    batch: Option<Batch>,
+    bytes: usize,
+}
+
+impl<'a> Batches<'a> {
+    /// Bytes of keys and values (each entry counted 16 more) per committed batch.
+    pub const BYTES: usize = 8 << 20;
+
+    /// No writes yet.
+    pub fn new(storage: &'a Storage) -> Self {
+        Batches {
+            storage,
+            batch: None,
+            bytes: 0,
+        }
+    }
+
+    fn batch(&mut self) -> &mut Batch {
+        self.batch.get_or_insert_with(|| self.storage.batch())
+    }
+
+    /// Sets `key` to `value` in `space`.
+    ///
+    /// # Errors
+    /// When a filled batch cannot be committed.
+    pub fn insert(&mut self, space: Space, key: &[u8], value: &[u8]) -> StorageResult<()> {
+        self.batch().insert(space, key, value);
+        self.grew(key.len() + value.len())
+    }
+
+    /// Sets `key` to a value built in place (not copied).
+    ///
+    /// # Errors
+    /// When a filled batch cannot be committed.
+    pub fn insert_value(&mut self, space: Space, key: &[u8], value: Value) -> StorageResult<()> {
+        let len = key.len() + value.len();
+        self.batch().insert_value(space, key, value);
+        self.grew(len)
+    }
+
+    /// Removes `key` from `space`.
+    ///
+    /// # Errors
+    /// When a filled batch cannot be committed.
+    pub fn remove(&mut self, space: Space, key: &[u8]) -> StorageResult<()> {
+        self.batch().remove(space, key);
+        self.grew(key.len())
+    }
+
+    fn grew(&mut self, by: usize) -> StorageResult<()> {
+        self.bytes += by + 16;
+        if self.bytes >= Self::BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Commits what is not committed yet.
+    ///
+    /// # Errors
+    /// When the batch cannot be committed.
+    pub fn flush(&mut self) -> StorageResult<()> {
+        if let Some(b) = self.batch.take() {
+            b.commit()?;
+        }
+        self.bytes = 0;
         Ok(())
     }
 }

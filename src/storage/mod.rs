@@ -34,7 +34,7 @@ mod view;
 mod wal;
 mod writeback;
 
-pub use batch::{Batch, Value};
+pub use batch::{Batch, Batches, Value};
 
 pub use view::View;
 
