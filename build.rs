@@ -18,6 +18,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .build_server(true)
         .generate_default_stubs(true)
+        // A value is shared, not copied, from the storage read to the response encoder and
+        // among the watchers of its event.
+        .bytes(".mvccpb.KeyValue.value")
+        // Encoders allocate a response's buffer once, at its encoded size.
+        .codec_path("crate::pb::codec::SizedCodec")
         .file_descriptor_set_path(&descriptors)
         .compile_protos(&files, &["proto"])?;
     // JSON for the gRPC gateway (`/v3/...`), as etcd's gateway writes it: proto field names,

@@ -154,7 +154,7 @@ fn fanout(c: &mut Criterion) {
                     r#type: 0,
                     kv: Some(KeyValue {
                         key: key(1),
-                        value: vec![b'v'; 256],
+                        value: vec![b'v'; 256].into(),
                         mod_revision: revision,
                         ..Default::default()
                     }),

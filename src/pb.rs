@@ -2,6 +2,8 @@
 //! Concord's own peer protocol.
 #![allow(missing_docs, clippy::all, clippy::pedantic)]
 
+pub mod codec;
+
 /// `mvccpb`: KeyValue and Event.
 pub mod mvccpb {
     tonic::include_proto!("mvccpb");

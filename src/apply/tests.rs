@@ -161,7 +161,7 @@ fn compaction_rejects_old_reads_and_keeps_newer_ones() -> TestResult {
     })?;
     assert_eq!(
         at4.kvs.first().map(|kv| kv.value.clone()),
-        Some(b"2".to_vec())
+        Some(b"2".to_vec().into())
     );
     // HashKV hashes at the compacted revision itself, as etcd's (only below it is compacted).
     assert!(f.store.hash_kv(4).is_ok());
@@ -207,7 +207,7 @@ fn history_and_index_survive_reopen() -> TestResult {
     )?;
     assert_eq!(
         r.kvs.first().map(|kv| kv.value.clone()),
-        Some(b"1".to_vec())
+        Some(b"1".to_vec().into())
     );
     Ok(())
 }
@@ -235,9 +235,9 @@ fn put_flags_follow_etcd() -> TestResult {
     let Outcome::Put(p) = r else {
         return Err("put failed".into());
     };
-    assert_eq!(p.prev_kv.map(|kv| kv.value), Some(b"keep".to_vec()));
+    assert_eq!(p.prev_kv.map(|kv| kv.value), Some(b"keep".to_vec().into()));
     let kv = f.get(get_req("a"))?.kvs.remove(0);
-    assert_eq!((kv.value, kv.version), (b"keep".to_vec(), 2));
+    assert_eq!((kv.value, kv.version), (b"keep".to_vec().into(), 2));
     Ok(())
 }
 
@@ -275,7 +275,7 @@ fn txn_compares_choose_a_branch_and_writes_share_one_revision() -> TestResult {
     };
     assert_eq!(
         r.kvs.first().map(|kv| kv.value.clone()),
-        Some(b"2".to_vec())
+        Some(b"2".to_vec().into())
     );
     let b = f.get(get_req("b"))?.kvs.remove(0);
     assert_eq!(b.mod_revision, 3);
@@ -376,6 +376,25 @@ fn range_options_limit_sort_and_filters() -> TestResult {
         ..Default::default()
     }))?;
     assert_eq!((r.kvs.len(), r.count), (0, 3));
+    let r = f.get(all(RangeRequest {
+        count_only: true,
+        limit: 1,
+        ..Default::default()
+    }))?;
+    assert_eq!(
+        (r.kvs.len(), r.count, r.more),
+        (0, 3, false),
+        "a limit does not cut the count"
+    );
+    let r = f.get(all(RangeRequest {
+        limit: 3,
+        ..Default::default()
+    }))?;
+    assert_eq!(
+        (r.kvs.len(), r.more, r.count),
+        (3, false, 3),
+        "a limit at the count: no more"
+    );
     let r = f.get(RangeRequest {
         key: "k2".into(),
         range_end: vec![0],

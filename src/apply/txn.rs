@@ -146,7 +146,7 @@ fn compare(txn: &impl KvTxn, c: &Compare) -> Result<bool> {
                 create_revision: change.create_revision,
                 mod_revision: change.rev.main,
                 version: change.version,
-                value: Vec::new(),
+                value: bytes::Bytes::new(),
                 lease: change.lease,
             }
         };
@@ -159,8 +159,8 @@ fn compare(txn: &impl KvTxn, c: &Compare) -> Result<bool> {
 
 fn compare_kv(c: &Compare, target: CompareTarget, kv: &KeyValue) -> bool {
     let ord = match (target, &c.target_union) {
-        (CompareTarget::Value, Some(TargetUnion::Value(v))) => kv.value.as_slice().cmp(v),
-        (CompareTarget::Value, _) => kv.value.as_slice().cmp(&[][..]),
+        (CompareTarget::Value, Some(TargetUnion::Value(v))) => kv.value[..].cmp(v),
+        (CompareTarget::Value, _) => kv.value[..].cmp(&[][..]),
         (CompareTarget::Version, u) => kv.version.cmp(&int_of(u, |u| match u {
             TargetUnion::Version(v) => Some(*v),
             _ => None,

@@ -35,8 +35,23 @@ pub fn range(txn: &impl KvTxn, req: &RangeRequest) -> Result<RangeResponse> {
         revision: current,
         ..Default::default()
     });
-    let matches = txn.index_range(&KeyRange::new(&req.key, &req.range_end), at);
-    let count = matches.len() as i64;
+    let range = KeyRange::new(&req.key, &req.range_end);
+    let filtered = req.min_mod_revision != 0
+        || req.max_mod_revision != 0
+        || req.min_create_revision != 0
+        || req.max_create_revision != 0;
+    // As etcd: fetch everything when sorting or filtering, else one more than the limit (and
+    // only count the rest); nothing but the count for count-only.
+    let (count, matches) = if req.count_only {
+        txn.index_page(&range, at, 0)
+    } else if order != SortOrder::None || filtered || req.limit <= 0 {
+        let all = txn.index_range(&range, at);
+        (all.len(), all)
+    } else {
+        let take = usize::try_from(req.limit.saturating_add(1)).unwrap_or(usize::MAX);
+        txn.index_page(&range, at, take)
+    };
+    let count = i64::try_from(count).unwrap_or(i64::MAX);
     if req.count_only {
         return Ok(RangeResponse {
             header,
@@ -44,25 +59,15 @@ pub fn range(txn: &impl KvTxn, req: &RangeRequest) -> Result<RangeResponse> {
             ..Default::default()
         });
     }
-    let filtered = req.min_mod_revision != 0
-        || req.max_mod_revision != 0
-        || req.min_create_revision != 0
-        || req.max_create_revision != 0;
-    // As etcd: fetch everything when sorting or filtering, else one more than the limit.
-    let fetch = if order != SortOrder::None || filtered || req.limit <= 0 {
-        matches.len()
-    } else {
-        usize::try_from(req.limit.saturating_add(1)).unwrap_or(usize::MAX)
-    };
     // The metadata comes from the index: a keys-only answer that does not sort by value needs
     // no value, so none is read (a disk read each, when not cached).
     let values = !req.keys_only || target == SortTarget::Value;
-    let mut kvs = Vec::with_capacity(fetch.min(matches.len()));
-    for (key, change) in matches.iter().take(fetch) {
+    let mut kvs = Vec::with_capacity(matches.len());
+    for (key, change) in &matches {
         kvs.push(if values {
             txn.load(key, change)?
         } else {
-            key_value(key, change, Vec::new())
+            key_value(key, change, bytes::Bytes::new())
         });
     }
     kvs.retain(|kv| {

@@ -128,6 +128,17 @@ pub(super) fn decode_record(bytes: &[u8]) -> StorageResult<(bool, KeyValue)> {
     decode_as(bytes)
 }
 
+/// [`decode_record`] of a record read with [`crate::storage::Storage::get_shared`]: the value
+/// is a slice of `bytes`, not a copy.
+pub(super) fn decode_shared_record(bytes: bytes::Bytes) -> StorageResult<(bool, KeyValue)> {
+    let tag = *bytes
+        .first()
+        .ok_or_else(|| StorageError("empty mvcc record".into()))?;
+    let kv = KeyValue::decode(bytes.slice(1..))
+        .map_err(|e| StorageError(format!("corrupt record: {e}")))?;
+    Ok((tag == TOMBSTONE_TAG, kv))
+}
+
 /// The fields of a stored `mvccpb.KeyValue` the key index needs: decoding skips the value
 /// (field 5) instead of copying it, which is most of a start-up scan.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -154,7 +165,7 @@ pub(super) fn encode_index_entry(key: &[u8], change: &KeyRevision) -> Value {
     tagged(change.is_tombstone(), &fields)
 }
 
-pub(super) fn key_value(key: &[u8], change: &KeyRevision, value: Vec<u8>) -> KeyValue {
+pub(super) fn key_value(key: &[u8], change: &KeyRevision, value: bytes::Bytes) -> KeyValue {
     KeyValue {
         key: key.to_vec(),
         create_revision: change.create_revision,

@@ -9,7 +9,8 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 use super::garbage::Garbage;
 use super::published::{Published, Unreadable};
 use super::records::{
-    alarm_bit, decode_alarm_key, decode_lease, decode_record, etcd_entry, key_value, to_event,
+    alarm_bit, decode_alarm_key, decode_lease, decode_record, decode_shared_record, etcd_entry,
+    key_value, to_event,
 };
 use super::{KeyIndex, KeyRange, KeyRevision, LeaseInfo, LeaseTable, Revision, WriteTxn};
 use crate::error::{Error, Result};
@@ -36,6 +37,25 @@ impl State {
             .range(range, at)
             .map(|(k, kr)| (k.to_vec(), *kr))
             .collect()
+    }
+
+    /// How many live keys `range` has at `at`, and the first `take` of them: a page of a large
+    /// range copies only its own keys, however many follow it.
+    pub(super) fn index_page(
+        &self,
+        range: &KeyRange,
+        at: i64,
+        take: usize,
+    ) -> (usize, Vec<(Vec<u8>, KeyRevision)>) {
+        let mut page = Vec::with_capacity(take.min(1024));
+        let mut count = 0;
+        for (k, kr) in self.index.range(range, at) {
+            if count < take {
+                page.push((k.to_vec(), *kr));
+            }
+            count += 1;
+        }
+        (count, page)
     }
 }
 
@@ -379,6 +399,13 @@ pub trait KvTxn {
     fn compacted_revision(&self) -> i64;
     /// Every live key of `range` at `at`, with its metadata.
     fn index_range(&self, range: &KeyRange, at: i64) -> Vec<(Vec<u8>, KeyRevision)>;
+    /// How many live keys `range` has at `at`, and the first `take` of them.
+    fn index_page(
+        &self,
+        range: &KeyRange,
+        at: i64,
+        take: usize,
+    ) -> (usize, Vec<(Vec<u8>, KeyRevision)>);
     /// The full key-value of one index entry.
     ///
     /// # Errors
@@ -405,10 +432,10 @@ pub(super) fn load_from_disk(
     change: &KeyRevision,
 ) -> Result<KeyValue> {
     let bytes = storage
-        .get(Space::Kv, &change.rev.to_bytes())
+        .get_shared(Space::Kv, &change.rev.to_bytes())
         .map_err(|_| Error::Storage)?
         .ok_or(Error::Storage)?;
-    let (_, stored) = decode_record(&bytes).map_err(|_| Error::Storage)?;
+    let (_, stored) = decode_shared_record(bytes).map_err(|_| Error::Storage)?;
     Ok(key_value(key, change, stored.value))
 }
 
@@ -429,6 +456,15 @@ impl KvTxn for ReadTxn<'_> {
 
     fn index_range(&self, range: &KeyRange, at: i64) -> Vec<(Vec<u8>, KeyRevision)> {
         self.state.index_range(range, at)
+    }
+
+    fn index_page(
+        &self,
+        range: &KeyRange,
+        at: i64,
+        take: usize,
+    ) -> (usize, Vec<(Vec<u8>, KeyRevision)>) {
+        self.state.index_page(range, at, take)
     }
 
     fn load(&self, key: &[u8], change: &KeyRevision) -> Result<KeyValue> {

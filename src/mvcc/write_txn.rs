@@ -72,7 +72,7 @@ impl<'a> WriteTxn<'a> {
     }
 
     fn record(&mut self, key: &[u8], change: KeyRevision, value: &[u8]) {
-        let kv = key_value(key, &change, value.to_vec());
+        let kv = key_value(key, &change, bytes::Bytes::copy_from_slice(value));
         let bytes = encode_record(change.is_tombstone(), &kv);
         let rev = change.rev.to_bytes();
         self.staged.insert((Space::Kv, rev.to_vec()), Some(bytes));
@@ -248,6 +248,15 @@ impl KvTxn for WriteTxn<'_> {
         self.state.index_range(range, at)
     }
 
+    fn index_page(
+        &self,
+        range: &KeyRange,
+        at: i64,
+        take: usize,
+    ) -> (usize, Vec<(Vec<u8>, KeyRevision)>) {
+        self.state.index_page(range, at, take)
+    }
+
     fn load(&self, key: &[u8], change: &KeyRevision) -> Result<KeyValue> {
         let staged = self
             .staged
@@ -295,7 +304,7 @@ impl KvTxn for WriteTxn<'_> {
             deleted.push(if with_values {
                 self.load(&key, &kr)?
             } else {
-                key_value(&key, &kr, Vec::new())
+                key_value(&key, &kr, bytes::Bytes::new())
             });
             let rev = self.next_revision();
             self.record(&key, KeyRevision::tombstone(rev), b"");

@@ -470,7 +470,7 @@ mod tests {
             .map(|i| Event {
                 kv: Some(KeyValue {
                     key: format!("k{i}").into_bytes(),
-                    value: vec![b'x'; 100],
+                    value: vec![b'x'; 100].into(),
                     mod_revision: 5,
                     ..Default::default()
                 }),

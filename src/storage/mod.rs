@@ -333,6 +333,15 @@ impl Storage {
         Ok(self.space(space).get(key)?.map(|v| v.to_vec()))
     }
 
+    /// Reads one value of a state-machine keyspace without copying it: the bytes fjall read
+    /// (from its cache or a table or blob file) are shared with whoever keeps a part of them.
+    ///
+    /// # Errors
+    /// On a read failure.
+    pub fn get_shared(&self, space: Space, key: &[u8]) -> StorageResult<Option<bytes::Bytes>> {
+        Ok(self.space(space).get(key)?.map(bytes::Bytes::from_owner))
+    }
+
     /// Entries of a state-machine keyspace with `start <= key < end`, in key order.
     ///
     /// # Errors

@@ -107,7 +107,7 @@ async fn observe_sees_every_leader_in_order_and_proclaim_needs_leadership() -> T
             .ok_or("observe ended")?;
         let kv = resp.kv.ok_or("no kv")?;
         assert!(resp.header.map_or(0, |h| h.revision) >= kv.mod_revision);
-        seen.push(String::from_utf8(kv.value)?);
+        seen.push(String::from_utf8(kv.value.to_vec())?);
     }
     assert_eq!(seen, expected);
     Ok(())

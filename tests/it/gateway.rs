@@ -167,7 +167,7 @@ async fn http_client_urls_take_the_gateway_and_endpoints_off_the_grpc_urls() -> 
         .await?
         .into_inner();
     assert_eq!(
-        got.kvs.first().map(|kv| kv.value.clone()),
+        got.kvs.first().map(|kv| kv.value.to_vec()),
         Some(b"bar".to_vec())
     );
     let answered = post(&c, "/v3/kv/put", r#"{"key": "Zm9v", "value": "YmFy"}"#)

@@ -116,7 +116,7 @@ async fn bad_input_gets_etcd_errors_and_restart_keeps_data() -> TestResult {
         .await?
         .into_inner();
     assert_eq!(
-        got.kvs.first().map(|kv| kv.value.clone()),
+        got.kvs.first().map(|kv| kv.value.to_vec()),
         Some(b"1".to_vec())
     );
     assert_eq!(got.header.map(|h| h.revision), Some(2));

@@ -526,7 +526,7 @@ fn tamper(c: &Cluster, m: usize, rev: i64) -> TestResult {
     let storage = concord::storage::Storage::open(&c.data_dir(m)?)?;
     let tampered = concord::pb::mvccpb::KeyValue {
         key: b"k".to_vec(),
-        value: b"tampered".to_vec(),
+        value: b"tampered".to_vec().into(),
         create_revision: rev,
         mod_revision: rev,
         version: 1,

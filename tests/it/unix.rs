@@ -133,7 +133,7 @@ async fn three_members(
         }
     };
     assert_eq!(
-        got.kvs.first().map(|kv| kv.value.clone()),
+        got.kvs.first().map(|kv| kv.value.to_vec()),
         Some(b"v".to_vec())
     );
     if let Some(tls) = refused_tls {

@@ -136,7 +136,7 @@ async fn requests_filters_prev_kv_cancel_progress_and_compaction() -> TestResult
     assert_eq!(e.r#type, 1, "DELETE");
     assert_eq!(rev(e), del.header.map_or(0, |h| h.revision));
     assert_eq!(
-        e.prev_kv.as_ref().map(|p| p.value.clone()),
+        e.prev_kv.as_ref().map(|p| p.value.to_vec()),
         Some(b"2".to_vec())
     );
 
@@ -481,7 +481,7 @@ async fn kubernetes_list_then_watch_with_progress_and_compaction() -> TestResult
     assert_contiguous(&events, list_rev + 1, head);
     let last = events.last().ok_or("no event")?;
     assert_eq!(
-        last.prev_kv.as_ref().map(|p| p.value.clone()),
+        last.prev_kv.as_ref().map(|p| p.value.to_vec()),
         Some(b"spec".to_vec())
     );
 

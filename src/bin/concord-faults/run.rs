@@ -306,7 +306,7 @@ async fn converge(ctx: &Ctx, n: usize) {
                 let kvs: Vec<(Vec<u8>, i64, Vec<u8>)> = r
                     .kvs
                     .into_iter()
-                    .map(|kv| (kv.key, kv.mod_revision, kv.value))
+                    .map(|kv| (kv.key, kv.mod_revision, kv.value.to_vec()))
                     .collect();
                 states.push((rev, kvs));
             }

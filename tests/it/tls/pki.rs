@@ -167,7 +167,7 @@ pub(super) async fn get(kv: &mut KvClient<Channel>, key: &str) -> TestResult<Opt
         })
         .await?
         .into_inner();
-    Ok(r.kvs.into_iter().next().map(|kv| kv.value))
+    Ok(r.kvs.into_iter().next().map(|kv| kv.value.to_vec()))
 }
 
 /// kubeadm's etcd flags for member `name` (ports on 127.0.0.1).
