@@ -11,6 +11,7 @@ mod index_build;
 mod index_load;
 mod key_index;
 mod lease_table;
+mod page_load;
 mod published;
 mod range;
 mod records;
