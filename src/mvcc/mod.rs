@@ -11,7 +11,6 @@ mod index_build;
 mod index_load;
 mod key_index;
 mod lease_table;
-mod page_load;
 mod published;
 mod range;
 mod records;

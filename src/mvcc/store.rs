@@ -411,15 +411,6 @@ pub trait KvTxn {
     /// # Errors
     /// On a read failure.
     fn load(&self, key: &[u8], change: &KeyRevision) -> Result<KeyValue>;
-    /// The full key-values of several index entries, in order.
-    ///
-    /// # Errors
-    /// On a read failure.
-    fn load_many(&self, keys: &[(Vec<u8>, KeyRevision)]) -> Result<Vec<KeyValue>> {
-        keys.iter()
-            .map(|(k, change)| self.load(k, change))
-            .collect()
-    }
     /// Puts `key`, returning its previous value if it existed.
     ///
     /// # Errors
@@ -478,10 +469,6 @@ impl KvTxn for ReadTxn<'_> {
 
     fn load(&self, key: &[u8], change: &KeyRevision) -> Result<KeyValue> {
         load_from_disk(self.storage, key, change)
-    }
-
-    fn load_many(&self, keys: &[(Vec<u8>, KeyRevision)]) -> Result<Vec<KeyValue>> {
-        super::page_load::load_page(self.storage, keys)
     }
 
     fn put(&mut self, _: &[u8], _: &[u8], _: i64) -> Result<()> {
