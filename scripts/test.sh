@@ -34,12 +34,19 @@ setsid k8s-tests/storage/run.sh concord-1=target/debug/concord \
   etcd-3.6="$ref/../etcd-3.6/etcd":1:etcd3,largeobjects,controlplane > target/k8s-storage.log 2>&1 &
 storage=$!
 # etcd -> Concord -> etcd through etcd's snapshot file, every revision kept, with etcd 3.5.1
-# and 3.6 (50,000 objects by hand: README, "Migrate from etcd"). Also in the background: it is
-# mostly process starts and waits.
+# and 3.6 (50,000 objects by hand: README, "Migrate from etcd"); then the Helm chart: lint and
+# Kubernetes 1.29-1.37 schemas of every values variant, the Dockerfile's checks, then the pods it
+# renders run as real processes in network namespaces (defaults; TLS with auth, backups, defrag
+# and a restore): install, helm test, scale 3 -> 5 -> 3, a lost volume. Also in the background:
+# both are mostly process starts and waits.
 setsid bash -c 'set -e
   python3 etcdctl-tests/migrate_test.py --server target/debug/concord --etcd-dir "$1" --objects 5000
   python3 etcdctl-tests/migrate_test.py --server target/debug/concord --etcd-dir "$1/../etcd-3.6" \
-    --objects 1000 --members 1' _ "$ref" > target/migrate.log 2>&1 &
+    --objects 1000 --members 1
+  echo "=== Helm chart"
+  k8s=$(scripts/install-k8s-tools.sh)
+  "$k8s/python" charts/test/chart_test.py --tools "$k8s" --etcdctl "$1/etcdctl" \
+    --concord target/debug/concord' _ "$ref" > target/migrate.log 2>&1 &
 migrate=$!
 # If a step below fails, its servers and tests go too (setsid made each a process group).
 trap 'kill -- -"$storage" 2>/dev/null || true; kill -- -"$migrate" 2>/dev/null || true' EXIT
@@ -68,13 +75,13 @@ python3 benches/compare.py --smoke --auth --workloads put,lock --no-fixed --etcd
   --concord target/debug/concord --bench target/debug/concord-bench
 (cd benches/controlplane && go run . --server concord=../../target/debug/concord \
   --server etcd-3.6="$ref/../etcd-3.6/etcd" --objects 500 --duration 2s --watches 10 --update-rate 20)
-step "waiting for the Kubernetes storage and migration tests"
+step "waiting for the Kubernetes storage, migration and Helm chart tests"
 if ! wait "$storage"; then
   tail -n 200 target/k8s-storage.log
   exit 1
 fi
 if ! wait "$migrate"; then
-  tail -n 100 target/migrate.log
+  tail -n 200 target/migrate.log
   exit 1
 fi
 trap - EXIT
@@ -90,10 +97,4 @@ step "fault suite"
 target/debug/concord-faults --mode failover
 # Fault injection: kill -9, SIGSTOP, partitions, full crash, slow disk; histories checked.
 target/debug/concord-faults --mode short
-# The Helm chart: lint and Kubernetes 1.29-1.37 schemas of every values variant, the Dockerfile's
-# checks, then the pods it renders run as real processes in network namespaces (defaults; TLS
-# with auth, backups, defrag and a restore): install, helm test, scale 3 -> 5 -> 3, a lost volume.
-step "Helm chart"
-k8s=$(scripts/install-k8s-tools.sh)
-"$k8s/python" charts/test/chart_test.py --tools "$k8s" --etcdctl "$ref/etcdctl" --concord target/debug/concord
 step "all tests passed"

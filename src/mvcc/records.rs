@@ -128,14 +128,23 @@ pub(super) fn decode_record(bytes: &[u8]) -> StorageResult<(bool, KeyValue)> {
     decode_as(bytes)
 }
 
-/// [`decode_record`] of a record read with [`crate::storage::Storage::get_shared`]: the value
-/// is a slice of `bytes`, not a copy.
+/// Values at least this large are shared with the buffer they were read into; smaller ones are
+/// copied out of it. A small record is read as a part of a cached table block (4 KiB or more),
+/// and a value kept a while (an event waiting for a slow watcher) must not keep a whole block
+/// alive: sharing is bounded to a few times the value's own size.
+const SHARED_VALUE_BYTES: usize = 1024;
+
+/// [`decode_record`] of a record read with [`crate::storage::Storage::get_shared`]: a value of
+/// [`SHARED_VALUE_BYTES`] or more is a slice of `bytes`, not a copy.
 pub(super) fn decode_shared_record(bytes: bytes::Bytes) -> StorageResult<(bool, KeyValue)> {
     let tag = *bytes
         .first()
         .ok_or_else(|| StorageError("empty mvcc record".into()))?;
-    let kv = KeyValue::decode(bytes.slice(1..))
+    let mut kv = KeyValue::decode(bytes.slice(1..))
         .map_err(|e| StorageError(format!("corrupt record: {e}")))?;
+    if kv.value.len() < SHARED_VALUE_BYTES {
+        kv.value = bytes::Bytes::copy_from_slice(&kv.value);
+    }
     Ok((tag == TOMBSTONE_TAG, kv))
 }
 
@@ -173,5 +182,34 @@ pub(super) fn key_value(key: &[u8], change: &KeyRevision, value: bytes::Bytes) -
         version: change.version,
         value,
         lease: change.lease,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether `part` points into `whole`'s buffer.
+    fn within(part: &bytes::Bytes, whole: &bytes::Bytes) -> bool {
+        let start = whole.as_ptr() as usize;
+        (start..start + whole.len()).contains(&(part.as_ptr() as usize))
+    }
+
+    #[test]
+    fn a_shared_record_shares_large_values_and_copies_small_ones() -> StorageResult<()> {
+        for (size, shared) in [(10, false), (SHARED_VALUE_BYTES - 1, false), (5000, true)] {
+            let kv = KeyValue {
+                key: b"k".to_vec(),
+                mod_revision: 3,
+                value: vec![7; size].into(),
+                ..Default::default()
+            };
+            let stored = bytes::Bytes::copy_from_slice(&encode_record(false, &kv));
+            let (tombstone, read) = decode_shared_record(stored.clone())?;
+            assert!(!tombstone);
+            assert_eq!(read, kv, "{size} bytes");
+            assert_eq!(within(&read.value, &stored), shared, "{size} bytes");
+        }
+        Ok(())
     }
 }
