@@ -140,7 +140,7 @@ mod tests {
         storage
             .scan(space)?
             .into_iter()
-            .map(|(k, v)| decode_as::<IndexFields>(&v).map(|(t, f)| (k, t, f)))
+            .map(|(k, v)| decode_as::<IndexFields>(&v[..]).map(|(t, f)| (k, t, f)))
             .collect()
     }
 

@@ -96,13 +96,18 @@ fn tagged(tombstone: bool, message: &impl Message) -> Value {
 }
 
 /// Decodes a stored record as `M` (the whole `KeyValue`, or just the fields the index needs);
-/// returns whether it is a tombstone.
-pub(super) fn decode_as<M: Message + Default>(bytes: &[u8]) -> StorageResult<(bool, M)> {
-    let (tag, body) = bytes
-        .split_first()
-        .ok_or_else(|| StorageError("empty mvcc record".into()))?;
-    let msg = M::decode(body).map_err(|e| StorageError(format!("corrupt record: {e}")))?;
-    Ok((*tag == TOMBSTONE_TAG, msg))
+/// returns whether it is a tombstone. From a `&[u8]` the value is copied; from
+/// [`bytes::Bytes`] (a record read with [`crate::storage::Storage::get_shared`]) it is a slice
+/// of the record, not a copy.
+pub(super) fn decode_as<M: Message + Default>(
+    mut bytes: impl bytes::Buf,
+) -> StorageResult<(bool, M)> {
+    if !bytes.has_remaining() {
+        return Err(StorageError("empty mvcc record".into()));
+    }
+    let tag = bytes.get_u8();
+    let msg = M::decode(bytes).map_err(|e| StorageError(format!("corrupt record: {e}")))?;
+    Ok((tag == TOMBSTONE_TAG, msg))
 }
 
 /// A stored change as etcd keeps it in its `key` bucket: etcd's key for `rev` (see
@@ -126,26 +131,6 @@ pub(super) fn etcd_entry(rev: Revision, bytes: &[u8]) -> StorageResult<(Vec<u8>,
 
 pub(super) fn decode_record(bytes: &[u8]) -> StorageResult<(bool, KeyValue)> {
     decode_as(bytes)
-}
-
-/// Values at least this large are shared with the buffer they were read into; smaller ones are
-/// copied out of it. A small record is read as a part of a cached table block (4 KiB or more),
-/// and a value kept a while (an event waiting for a slow watcher) must not keep a whole block
-/// alive: sharing is bounded to a few times the value's own size.
-const SHARED_VALUE_BYTES: usize = 1024;
-
-/// [`decode_record`] of a record read with [`crate::storage::Storage::get_shared`]: a value of
-/// [`SHARED_VALUE_BYTES`] or more is a slice of `bytes`, not a copy.
-pub(super) fn decode_shared_record(bytes: bytes::Bytes) -> StorageResult<(bool, KeyValue)> {
-    let tag = *bytes
-        .first()
-        .ok_or_else(|| StorageError("empty mvcc record".into()))?;
-    let mut kv = KeyValue::decode(bytes.slice(1..))
-        .map_err(|e| StorageError(format!("corrupt record: {e}")))?;
-    if kv.value.len() < SHARED_VALUE_BYTES {
-        kv.value = bytes::Bytes::copy_from_slice(&kv.value);
-    }
-    Ok((tag == TOMBSTONE_TAG, kv))
 }
 
 /// The fields of a stored `mvccpb.KeyValue` the key index needs: decoding skips the value
@@ -195,9 +180,11 @@ mod tests {
         (start..start + whole.len()).contains(&(part.as_ptr() as usize))
     }
 
+    /// A record decoded from shared bytes has its value as a slice of them; from a slice, the
+    /// same fields with the value copied.
     #[test]
-    fn a_shared_record_shares_large_values_and_copies_small_ones() -> StorageResult<()> {
-        for (size, shared) in [(10, false), (SHARED_VALUE_BYTES - 1, false), (5000, true)] {
+    fn a_shared_record_lends_its_value() -> StorageResult<()> {
+        for size in [0, 10, 5000] {
             let kv = KeyValue {
                 key: b"k".to_vec(),
                 mod_revision: 3,
@@ -205,11 +192,15 @@ mod tests {
                 ..Default::default()
             };
             let stored = bytes::Bytes::copy_from_slice(&encode_record(false, &kv));
-            let (tombstone, read) = decode_shared_record(stored.clone())?;
+            let (tombstone, read) = decode_as::<KeyValue>(stored.clone())?;
             assert!(!tombstone);
             assert_eq!(read, kv, "{size} bytes");
-            assert_eq!(within(&read.value, &stored), shared, "{size} bytes");
+            assert_eq!(within(&read.value, &stored), size > 0, "{size} bytes");
+            let (_, copied) = decode_as::<KeyValue>(&stored[..])?;
+            assert_eq!(copied, kv, "{size} bytes");
+            assert!(!within(&copied.value, &stored) || size == 0, "{size} bytes");
         }
+        assert!(decode_as::<KeyValue>(&[][..]).is_err(), "an empty record");
         Ok(())
     }
 }

@@ -9,8 +9,8 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 use super::garbage::Garbage;
 use super::published::{Published, Unreadable};
 use super::records::{
-    alarm_bit, decode_alarm_key, decode_lease, decode_record, decode_shared_record, etcd_entry,
-    key_value, to_event,
+    alarm_bit, decode_alarm_key, decode_as, decode_lease, decode_record, etcd_entry, key_value,
+    to_event,
 };
 use super::{KeyIndex, KeyRange, KeyRevision, LeaseInfo, LeaseTable, Revision, WriteTxn};
 use crate::error::{Error, Result};
@@ -32,13 +32,6 @@ pub(super) struct State {
 }
 
 impl State {
-    pub(super) fn index_range(&self, range: &KeyRange, at: i64) -> Vec<(Vec<u8>, KeyRevision)> {
-        self.index
-            .range(range, at)
-            .map(|(k, kr)| (k.to_vec(), *kr))
-            .collect()
-    }
-
     /// How many live keys `range` has at `at`, and the first `take` of them: a page of a large
     /// range copies only its own keys, however many follow it.
     pub(super) fn index_page(
@@ -398,7 +391,9 @@ pub trait KvTxn {
     /// The last compacted revision.
     fn compacted_revision(&self) -> i64;
     /// Every live key of `range` at `at`, with its metadata.
-    fn index_range(&self, range: &KeyRange, at: i64) -> Vec<(Vec<u8>, KeyRevision)>;
+    fn index_range(&self, range: &KeyRange, at: i64) -> Vec<(Vec<u8>, KeyRevision)> {
+        self.index_page(range, at, usize::MAX).1
+    }
     /// How many live keys `range` has at `at`, and the first `take` of them.
     fn index_page(
         &self,
@@ -435,7 +430,7 @@ pub(super) fn load_from_disk(
         .get_shared(Space::Kv, &change.rev.to_bytes())
         .map_err(|_| Error::Storage)?
         .ok_or(Error::Storage)?;
-    let (_, stored) = decode_shared_record(bytes).map_err(|_| Error::Storage)?;
+    let (_, stored) = decode_as::<KeyValue>(bytes).map_err(|_| Error::Storage)?;
     Ok(key_value(key, change, stored.value))
 }
 
@@ -452,10 +447,6 @@ impl KvTxn for ReadTxn<'_> {
 
     fn compacted_revision(&self) -> i64 {
         self.state.compacted
-    }
-
-    fn index_range(&self, range: &KeyRange, at: i64) -> Vec<(Vec<u8>, KeyRevision)> {
-        self.state.index_range(range, at)
     }
 
     fn index_page(

@@ -244,10 +244,6 @@ impl KvTxn for WriteTxn<'_> {
         self.state.compacted
     }
 
-    fn index_range(&self, range: &KeyRange, at: i64) -> Vec<(Vec<u8>, KeyRevision)> {
-        self.state.index_range(range, at)
-    }
-
     fn index_page(
         &self,
         range: &KeyRange,

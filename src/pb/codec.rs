@@ -37,7 +37,6 @@ where
 
     fn encoder(&mut self) -> Self::Encoder {
         SizedEncoder {
-            settings: BufferSettings::default(),
             _message: PhantomData,
         }
     }
@@ -50,7 +49,6 @@ where
 /// Encodes `T` into a buffer grown once to the message's size.
 #[derive(Debug, Clone)]
 pub struct SizedEncoder<T> {
-    settings: BufferSettings,
     _message: PhantomData<T>,
 }
 
@@ -65,6 +63,6 @@ impl<T: Message> Encoder for SizedEncoder<T> {
     }
 
     fn buffer_settings(&self) -> BufferSettings {
-        self.settings
+        BufferSettings::default()
     }
 }

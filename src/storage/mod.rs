@@ -172,6 +172,13 @@ fn index_options() -> KeyspaceCreateOptions {
     KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES / 4)
 }
 
+/// Values read with [`Storage::get_shared`] at least this large are shared with the buffer
+/// fjall read them into; smaller ones are copied out of it. A small value is read as a part of a
+/// cached table block (4 KiB or more), and a value kept a while (an event waiting for a slow
+/// watcher) must not keep a whole block alive: sharing is bounded to a few times the value's
+/// own size.
+pub const SHARED_VALUE_BYTES: usize = 1024;
+
 /// Values of at least this many bytes live in blob files beside the tables of the keyspace
 /// that holds them (the MVCC records): written once when the memtable is flushed, never again
 /// by compactions, which move only their keys and pointers.
@@ -333,13 +340,20 @@ impl Storage {
         Ok(self.space(space).get(key)?.map(|v| v.to_vec()))
     }
 
-    /// Reads one value of a state-machine keyspace without copying it: the bytes fjall read
-    /// (from its cache or a table or blob file) are shared with whoever keeps a part of them.
+    /// Reads one value of a state-machine keyspace without copying it, if it is of
+    /// [`SHARED_VALUE_BYTES`] or more: the bytes fjall read (from its cache or a table or blob
+    /// file) are shared with whoever keeps a part of them. A smaller value is copied out.
     ///
     /// # Errors
     /// On a read failure.
     pub fn get_shared(&self, space: Space, key: &[u8]) -> StorageResult<Option<bytes::Bytes>> {
-        Ok(self.space(space).get(key)?.map(bytes::Bytes::from_owner))
+        Ok(self.space(space).get(key)?.map(|v| {
+            if v.len() < SHARED_VALUE_BYTES {
+                bytes::Bytes::copy_from_slice(&v)
+            } else {
+                bytes::Bytes::from_owner(v)
+            }
+        }))
     }
 
     /// Entries of a state-machine keyspace with `start <= key < end`, in key order.

@@ -192,3 +192,30 @@ fn writes_go_on_while_a_journal_rotation_meets_a_table_change() -> StorageResult
     assert_eq!(s.get(Space::Lease, b"lease00000")?, Some(value));
     Ok(())
 }
+
+/// A shared read lends a large value (the bytes fjall read) and copies a small one out, so that
+/// a small value kept a while does not keep the block it was read with alive.
+#[test]
+fn a_shared_read_lends_large_values_and_copies_small_ones() -> StorageResult<()> {
+    let dir = tempfile::tempdir().map_err(|e| StorageError(e.to_string()))?;
+    let s = Storage::open(dir.path())?;
+    let sizes = [10, SHARED_VALUE_BYTES - 1, SHARED_VALUE_BYTES, 5000];
+    let mut batch = s.batch();
+    for size in sizes {
+        batch.insert(Space::Kv, &size.to_be_bytes(), &vec![7; size]);
+    }
+    batch.commit()?;
+    for size in sizes {
+        let read = s
+            .get_shared(Space::Kv, &size.to_be_bytes())?
+            .ok_or_else(|| StorageError(format!("{size} bytes: not found")))?;
+        assert_eq!(read[..], vec![7; size][..], "{size} bytes");
+        assert_eq!(
+            read.is_unique(),
+            size < SHARED_VALUE_BYTES,
+            "{size} bytes: copied out only when small"
+        );
+    }
+    assert_eq!(s.get_shared(Space::Kv, b"absent")?, None);
+    Ok(())
+}
