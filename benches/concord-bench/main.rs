@@ -87,6 +87,10 @@ pub struct Args {
     /// `--key-space`): they are not written first.
     #[arg(long)]
     pub no_prefill: bool,
+    /// Print each operation slower than this many milliseconds to stderr, with when it was
+    /// meant to start (seconds into the run): where in a run its stalls lie.
+    #[arg(long)]
+    pub slow_ms: Option<u64>,
     /// Value size in bytes.
     #[arg(long, default_value_t = 256)]
     pub value_size: usize,

@@ -82,8 +82,21 @@ pub async fn run(args: &Args) -> anyhow::Result<Measured> {
                 };
                 let done = client.op().await;
                 if started >= measure_from {
+                    let took = started.elapsed();
+                    if args
+                        .slow_ms
+                        .is_some_and(|ms| took >= Duration::from_millis(ms))
+                    {
+                        let at = started
+                            .saturating_duration_since(measure_from)
+                            .as_secs_f64();
+                        eprintln!(
+                            "slow: client {id} at {at:.3} s took {} ms",
+                            took.as_millis()
+                        );
+                    }
                     match done {
-                        Ok(()) => m.record(started.elapsed()),
+                        Ok(()) => m.record(took),
                         Err(_) => m.errors += 1,
                     }
                 }

@@ -30,6 +30,7 @@ use std::sync::Arc;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 mod batch;
+mod release;
 mod view;
 mod wal;
 mod writeback;

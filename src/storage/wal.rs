@@ -451,14 +451,35 @@ impl Wal {
             .map(|s| s.first)
             .collect();
         let mut removed = 0;
+        // Unlinked under the lock (the name could be taken again), freed after it: freeing a
+        // segment's blocks waits for the disk (the block bitmaps, the discards), and every
+        // append waited behind it (358 ms with a cold page cache), so it happens outside the
+        // lock and a step at a time (`release`).
+        let mut closing = Vec::new();
+        let mut failed = None;
         for key in doomed {
-            if let Some(s) = inner.segments.remove(&key) {
-                std::fs::remove_file(&s.path)?;
-                removed += s.offsets.len() as u64;
-                inner.dir_changed = true;
+            let Some(s) = inner.segments.remove(&key) else {
+                continue;
+            };
+            removed += s.offsets.len() as u64;
+            inner.dir_changed = true;
+            let unlinked = std::fs::remove_file(&s.path);
+            closing.push(s);
+            if let Err(e) = unlinked {
+                failed = Some(e);
+                break;
             }
         }
-        Ok(removed)
+        drop(inner);
+        for s in closing {
+            // No reader can take the file any more; one that took it before still reads it.
+            if Arc::strong_count(&s.file) == 1 {
+                if let Err(e) = super::release::shrink_to_nothing(&s.file, super::release::PAUSE) {
+                    tracing::debug!(path = %s.path.display(), error = %e, "freeing a purged segment");
+                }
+            }
+        }
+        failed.map_or(Ok(removed), Err)
     }
 
     /// Whether the log holds no entry.

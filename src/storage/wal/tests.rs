@@ -118,6 +118,30 @@ fn a_purge_removes_whole_segments_and_an_append_may_leave_a_gap() -> io::Result<
 }
 
 #[test]
+fn a_purged_segment_a_reader_still_holds_is_not_cut_under_it() -> io::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let wal = Wal::open_with(dir.path(), 150)?;
+    wal.append(&entries(1..40))?;
+    // What a read takes under the lock before it reads outside it.
+    let (held, len) = {
+        let inner = wal.inner();
+        let first = inner
+            .segments
+            .values()
+            .next()
+            .ok_or_else(|| io::Error::other("empty"))?;
+        (first.file.clone(), first.len)
+    };
+    assert!(wal.purge(20)? > 0);
+    assert_eq!(
+        held.metadata()?.len(),
+        len,
+        "the purge cut a segment being read"
+    );
+    Ok(())
+}
+
+#[test]
 fn a_corrupt_record_is_an_error_not_an_entry() -> io::Result<()> {
     let dir = written(1..20, 100)?;
     // Flip a payload byte in the first (sealed) segment.
