@@ -1,0 +1,54 @@
+#!/bin/bash
+# Paced puts and ranges on a loaded member, each slow operation printed with when it was meant
+# to start (concord-bench --slow-ms), to find where a run's stalls lie.
+#
+#   benches/large/paced_after_load.sh SERVER_BINARY TAG
+#
+# One member (`--snapshot-count 2000`, 16 GiB quota, ports 23790-23791) in /var/tmp/paced-TAG;
+# 131,072 values of 16 KiB (2 GiB) loaded by 16 clients; a restart; the page cache dropped (root;
+# WARM=1 keeps it); then 12 s of puts and single-key ranges at 1,000/s each (8 clients over 4
+# connections each, as snapshot_memory.py's paced phases). Prints both p99s; the slow
+# operations (over SLOW_MS, default 50) are in put.slow and range.slow in the work dir.
+# BENCH names concord-bench (default target/release/concord-bench).
+set -euo pipefail
+BIN=$1
+TAG=$2
+BENCH=${BENCH:-target/release/concord-bench}
+D=/var/tmp/paced-$TAG
+EP=http://127.0.0.1:23790
+rm -rf "$D"
+mkdir -p "$D"
+start() {
+  "$BIN" --name m0 --data-dir "$D/m0" --listen-client-urls $EP --advertise-client-urls $EP \
+    --listen-peer-urls http://127.0.0.1:23791 --initial-advertise-peer-urls http://127.0.0.1:23791 \
+    --initial-cluster m0=http://127.0.0.1:23791 --initial-cluster-state new \
+    --quota-backend-bytes $((16 << 30)) --snapshot-count 2000 >> "$D/m0.log" 2>&1 &
+  SERVER=$!
+  sleep 1
+}
+start
+"$BENCH" load --endpoints $EP --clients 16 --conns 4 --key-space 131072 --value-size 16384 > /dev/null
+sleep 2
+kill $SERVER
+wait $SERVER || true
+start
+sleep 2
+if [ -z "${WARM:-}" ]; then
+  sync
+  echo 3 > /proc/sys/vm/drop_caches
+fi
+paced() {
+  "$BENCH" "$1" --endpoints $EP --clients 8 --conns 4 --rate 1000 --duration 12s \
+    --value-size 16384 --key-space 131072 --json --slow-ms "${SLOW_MS:-50}" "${@:2}" \
+    > "$D/$1.json" 2> "$D/$1.slow"
+}
+paced put &
+PUT=$!
+paced range --no-prefill &
+RANGE=$!
+wait $PUT $RANGE
+kill $SERVER
+wait $SERVER || true
+for w in put range; do
+  echo "$w: $(tail -1 "$D/$w.json")"
+done
