@@ -7,9 +7,11 @@
 # One member (`--snapshot-count 2000`, 16 GiB quota, ports 23790-23791) in /var/tmp/paced-TAG;
 # 131,072 values of 16 KiB (2 GiB) loaded by 16 clients; a restart; the page cache dropped (root;
 # WARM=1 keeps it); then 12 s of puts and single-key ranges at 1,000/s each (8 clients over 4
-# connections each, as snapshot_memory.py's paced phases). Prints both p99s; the slow
-# operations (over SLOW_MS, default 50) are in put.slow and range.slow in the work dir.
-# BENCH names concord-bench (default target/release/concord-bench).
+# connections each, as snapshot_memory.py's paced phases). Prints each side's result line
+# (JSON); the slow operations (over SLOW_MS, default 50; times from the end of the 1 s warm-up)
+# are in put.slow and range.slow in the work dir, with anything else the tool printed.
+# Run it from the repository's top; BENCH names concord-bench (default
+# target/release/concord-bench).
 set -euo pipefail
 BIN=$1
 TAG=$2
@@ -26,6 +28,8 @@ start() {
   SERVER=$!
   sleep 1
 }
+SERVER=
+trap '[ -n "$SERVER" ] && kill $SERVER 2>/dev/null' EXIT
 start
 "$BENCH" load --endpoints $EP --clients 16 --conns 4 --key-space 131072 --value-size 16384 > /dev/null
 sleep 2
@@ -46,9 +50,11 @@ paced put &
 PUT=$!
 paced range --no-prefill &
 RANGE=$!
-wait $PUT $RANGE
+wait $PUT
+wait $RANGE
 kill $SERVER
 wait $SERVER || true
+SERVER=
 for w in put range; do
   echo "$w: $(tail -1 "$D/$w.json")"
 done

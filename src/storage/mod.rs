@@ -440,9 +440,9 @@ impl Storage {
         Ok(self.wal.last()?)
     }
 
-    /// Removes log entries at or below `upto`, whole segments at a time; not synced: entries
-    /// left by a crash are below the purged index, never read, and removed by the next purge.
-    /// Returns how many entries were removed.
+    /// Removes log entries at or below `upto`, whole segments at a time (see [`wal::Wal::purge`];
+    /// a segment a crash brings back is whole, below the purged index, never read, and removed
+    /// by the next purge). Returns how many entries were removed.
     ///
     /// # Errors
     /// On an I/O failure.

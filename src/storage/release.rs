@@ -1,4 +1,4 @@
-//! Freeing a big file's blocks a step at a time, so that the Raft log's fsync never waits
+//! Freeing a big file's blocks a step at a time, so that the Raft log's fsync does not wait
 //! behind one long discard.
 //!
 //! Deleting a 64 MiB file frees its blocks when the last descriptor closes, in one go; on a
@@ -6,7 +6,7 @@
 //! before the close returns, and the disk serves the Raft log's next writes and flushes only
 //! after that discard. Measured here: an fdatasync loop beside the deletion of a 64 MiB file
 //! waited up to 42 ms at once (0.3 ms otherwise); with the file cut from its end 1 MiB at a
-//! time first, the slowest fsync took 3 ms, and the whole deletion took as long. On a disk busy
+//! time first, the slowest fsync took 3 ms, and the deletion took no longer in all. On a disk busy
 //! with cold reads, a Raft log purge's deletion held every append for 358 ms
 //! (benches/RESULTS.md, "Stalls after a cold start"). RocksDB's delete scheduler cuts its
 //! deleted files in chunks for the same reason.
@@ -23,8 +23,8 @@ pub const STEP_BYTES: u64 = 1 << 20;
 pub const PAUSE: Duration = Duration::from_millis(4);
 
 /// Cuts `file` from its end, [`STEP_BYTES`] at a time with `pause` between steps, to nothing:
-/// its blocks are freed (and discarded) a step at a time. The caller closes it (and removes
-/// its name) afterwards; a file another descriptor still reads must not be passed.
+/// its blocks are freed (and discarded) a step at a time. Pass only a file whose name is
+/// already removed (durably) and that no other descriptor reads; the caller closes it after.
 ///
 /// # Errors
 /// When the file's size cannot be read or a cut fails (what was cut stays cut).

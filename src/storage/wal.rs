@@ -9,8 +9,9 @@
 //!   purged past its end to a snapshot) begins a new segment too.
 //! - Appends are readable at once and durable after [`Wal::sync`] (the caller groups many
 //!   appends under one sync). A truncation is synced before it returns. A purge deletes whole
-//!   segments and is not synced: what a crash brings back lies below the purged index, which
-//!   the log store records durably and never reads below.
+//!   segments: their names go first, synced, and then their blocks, a step at a time, so a
+//!   crash brings back whole segments or none; what it brings back lies below the purged
+//!   index, which the log store records durably and never reads below.
 //! - Opening reads every record header (not the payloads) to index the segments; the last
 //!   segment is read whole and cut after its last intact record (a write torn by a crash was
 //!   never reported durable). Payloads of other segments are checked when they are read.
@@ -21,6 +22,8 @@ use std::io::{self, BufReader, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::release;
 
 /// A segment's size past which the next append begins a new one.
 const SEGMENT_BYTES: u64 = 64 << 20;
@@ -437,8 +440,9 @@ impl Wal {
         Ok(())
     }
 
-    /// Deletes the segments whose entries all lie at or below `upto` (not synced; see the
-    /// module's doc). Returns how many entries went.
+    /// Deletes the segments whose entries all lie at or below `upto`. Returns how many entries
+    /// went. The names are removed under the log's lock; the files' blocks are freed after it,
+    /// a step at a time (about a quarter of a second per full segment), on the caller's thread.
     ///
     /// # Errors
     /// On an I/O failure.
@@ -454,28 +458,32 @@ impl Wal {
         // Unlinked under the lock (the name could be taken again), freed after it: freeing a
         // segment's blocks waits for the disk (the block bitmaps, the discards), and every
         // append waited behind it (358 ms with a cold page cache), so it happens outside the
-        // lock and a step at a time (`release`).
-        let mut closing = Vec::new();
+        // lock and a step at a time (`release`). Only a file whose name is gone is cut.
+        let mut unlinked = Vec::new();
         let mut failed = None;
         for key in doomed {
             let Some(s) = inner.segments.remove(&key) else {
                 continue;
             };
-            removed += s.offsets.len() as u64;
             inner.dir_changed = true;
-            let unlinked = std::fs::remove_file(&s.path);
-            closing.push(s);
-            if let Err(e) = unlinked {
+            if let Err(e) = std::fs::remove_file(&s.path) {
                 failed = Some(e);
                 break;
             }
+            removed += s.offsets.len() as u64;
+            unlinked.push(s);
         }
         drop(inner);
-        for s in closing {
-            // No reader can take the file any more; one that took it before still reads it.
-            if Arc::strong_count(&s.file) == 1 {
-                if let Err(e) = super::release::shrink_to_nothing(&s.file, super::release::PAUSE) {
-                    tracing::debug!(path = %s.path.display(), error = %e, "freeing a purged segment");
+        // The removals are made durable before any cut, so that a crash can never bring back a
+        // named segment cut short (a start refuses one that is not the last).
+        if !unlinked.is_empty() && sync_dir(&self.dir).is_ok() {
+            for s in &unlinked {
+                // Out of the map, the file can no longer be taken, so a count of 1 stays 1; a
+                // reader that took it before keeps it whole (and frees it when done).
+                if Arc::strong_count(&s.file) == 1 {
+                    if let Err(e) = release::shrink_to_nothing(&s.file, release::PAUSE) {
+                        tracing::warn!(path = %s.path.display(), error = %e, "freeing a purged segment");
+                    }
                 }
             }
         }

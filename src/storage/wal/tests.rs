@@ -123,16 +123,17 @@ fn a_purged_segment_a_reader_still_holds_is_not_cut_under_it() -> io::Result<()>
     let wal = Wal::open_with(dir.path(), 150)?;
     wal.append(&entries(1..40))?;
     // What a read takes under the lock before it reads outside it.
-    let (held, len) = {
+    let (held, len, key) = {
         let inner = wal.inner();
         let first = inner
             .segments
             .values()
             .next()
             .ok_or_else(|| io::Error::other("empty"))?;
-        (first.file.clone(), first.len)
+        (first.file.clone(), first.len, first.first)
     };
     assert!(wal.purge(20)? > 0);
+    assert!(!wal.inner().segments.contains_key(&key), "not purged");
     assert_eq!(
         held.metadata()?.len(),
         len,
