@@ -465,7 +465,6 @@ impl Wal {
             let Some(s) = inner.segments.remove(&key) else {
                 continue;
             };
-            inner.dir_changed = true;
             if let Err(e) = std::fs::remove_file(&s.path) {
                 failed = Some(e);
                 break;
@@ -474,17 +473,25 @@ impl Wal {
             unlinked.push(s);
         }
         drop(inner);
-        // The removals are made durable before any cut, so that a crash can never bring back a
-        // named segment cut short (a start refuses one that is not the last).
-        if !unlinked.is_empty() && sync_dir(&self.dir).is_ok() {
-            for s in &unlinked {
-                // Out of the map, the file can no longer be taken, so a count of 1 stays 1; a
-                // reader that took it before keeps it whole (and frees it when done).
-                if Arc::strong_count(&s.file) == 1 {
-                    if let Err(e) = release::shrink_to_nothing(&s.file, release::PAUSE) {
-                        tracing::warn!(path = %s.path.display(), error = %e, "freeing a purged segment");
-                    }
-                }
+        // The removals are made durable here, before any cut, so that a crash can never bring
+        // back a named segment cut short (a start refuses one that is not the last); the log's
+        // next sync need not sync the directory again for them, unless this failed.
+        let synced = unlinked.is_empty() || {
+            let result = sync_dir(&self.dir);
+            if let Err(e) = &result {
+                self.inner().dir_changed = true;
+                tracing::warn!(error = %e, "syncing the Raft log's directory after a purge");
+            }
+            result.is_ok()
+        };
+        // Out of the map, a file can no longer be taken, so a count of 1 stays 1; a reader that
+        // took it before keeps it whole (and frees it when done).
+        for s in unlinked
+            .iter()
+            .filter(|s| synced && Arc::strong_count(&s.file) == 1)
+        {
+            if let Err(e) = release::shrink_to_nothing(&s.file, release::PAUSE) {
+                tracing::warn!(path = %s.path.display(), error = %e, "freeing a purged segment");
             }
         }
         failed.map_or(Ok(removed), Err)
