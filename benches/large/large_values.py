@@ -77,7 +77,9 @@ def main():
                "errors": sum(r["errors"] for r in rs), "rounds": len(rs)}
         rows.append(row)
         by[(label, size, clients)] = row
-    etcds = [label for label, _ in chosen if label.startswith("etcd")]
+    # Every other server (the etcds, and an earlier Concord build with --concord-before) is a
+    # column Concord is compared with.
+    etcds = [label for label, _ in chosen if label != "Concord"]
     lines = ["| value | clients | " + " | ".join(f"{e} puts/s" for e in etcds) + " | Concord puts/s | "
              + " | ".join(f"ratio to {e}" for e in etcds) + " | "
              + " | ".join(f"{e} p99 (ms)" for e in etcds) + " | Concord p99 (ms) | "

@@ -104,6 +104,8 @@ def arguments(doc):
     ap.add_argument("--only", choices=["etcd", "concord"], help="run one server only")
     ap.add_argument("--quota-gib", type=int, default=16, help="--quota-backend-bytes, in GiB")
     ap.add_argument("--etcd36-dir", help="also etcd 3.6 (built by benches/etcd36/build.sh)")
+    ap.add_argument("--concord-before", help="also another Concord build, labelled "
+                    "'Concord before' (an A/B of a change), compared as the etcds are")
     return ap
 
 
@@ -116,6 +118,8 @@ def servers(a):
     every = [("etcd 3.5.1", os.path.join(a.etcd_dir, "etcd"))]
     if getattr(a, "etcd36_dir", None):
         every.append(("etcd 3.6", os.path.join(a.etcd36_dir, "etcd")))
+    if getattr(a, "concord_before", None):
+        every.append(("Concord before", a.concord_before))
     every.append(("Concord", a.concord))
     return [(label, binary) for label, binary in every
             if not a.only or label.lower().startswith(a.only)]

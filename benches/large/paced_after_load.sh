@@ -11,39 +11,54 @@
 # (JSON); the slow operations (over SLOW_MS, default 50; times from the end of the 1 s warm-up)
 # are in put.slow and range.slow in the work dir, with anything else the tool printed.
 # Run it from the repository's top; BENCH names concord-bench (default
-# target/release/concord-bench).
+# target/release/concord-bench). KEYS sets the number of values (default 131072; 2097152 is
+# 32 GiB), QUOTA_GIB the quota (default 16). REUSE=1 keeps a work dir loaded by an earlier run
+# with the same KEYS (no load: the restart and the paced phase only), to repeat the phase on a
+# state that takes long to load.
 set -euo pipefail
 BIN=$1
 TAG=$2
 BENCH=${BENCH:-target/release/concord-bench}
+KEYS=${KEYS:-131072}
 D=/var/tmp/paced-$TAG
 EP=http://127.0.0.1:23790
-rm -rf "$D"
+if [ -z "${REUSE:-}" ]; then
+  rm -rf "$D"
+fi
 mkdir -p "$D"
 start() {
   "$BIN" --name m0 --data-dir "$D/m0" --listen-client-urls $EP --advertise-client-urls $EP \
     --listen-peer-urls http://127.0.0.1:23791 --initial-advertise-peer-urls http://127.0.0.1:23791 \
     --initial-cluster m0=http://127.0.0.1:23791 --initial-cluster-state new \
-    --quota-backend-bytes $((16 << 30)) --snapshot-count 2000 >> "$D/m0.log" 2>&1 &
+    --quota-backend-bytes $((${QUOTA_GIB:-16} << 30)) --snapshot-count 2000 >> "$D/m0.log" 2>&1 &
   SERVER=$!
   sleep 1
 }
 SERVER=
 trap '[ -n "$SERVER" ] && kill $SERVER 2>/dev/null' EXIT
+if [ -z "${REUSE:-}" ]; then
+  start
+  LOAD_START=$(date +%s.%N)
+  "$BENCH" load --endpoints $EP --clients 16 --conns 4 --key-space "$KEYS" --value-size 16384 > /dev/null
+  echo "load: $(awk "BEGIN { print $(date +%s.%N) - $LOAD_START }") s for $KEYS values of 16 KiB"
+  sleep 2
+  kill $SERVER
+  wait $SERVER || true
+fi
 start
-"$BENCH" load --endpoints $EP --clients 16 --conns 4 --key-space 131072 --value-size 16384 > /dev/null
-sleep 2
-kill $SERVER
-wait $SERVER || true
-start
-sleep 2
+# Serving (a large state takes seconds to open) before the page cache goes and the clock starts.
+for _ in $(seq 600); do
+  curl -sf $EP/health > /dev/null && break
+  sleep 0.2
+done
+sleep 1
 if [ -z "${WARM:-}" ]; then
   sync
   echo 3 > /proc/sys/vm/drop_caches
 fi
 paced() {
   "$BENCH" "$1" --endpoints $EP --clients 8 --conns 4 --rate 1000 --duration 12s \
-    --value-size 16384 --key-space 131072 --json --slow-ms "${SLOW_MS:-50}" "${@:2}" \
+    --value-size 16384 --key-space "$KEYS" --json --slow-ms "${SLOW_MS:-50}" "${@:2}" \
     > "$D/$1.json" 2> "$D/$1.slow"
 }
 paced put &

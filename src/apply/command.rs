@@ -98,6 +98,12 @@ impl EncodedCommand {
     pub fn decode(&self) -> Result<Command, prost::DecodeError> {
         Command::decode(self.0.as_ref())
     }
+
+    /// The encoding itself: what a log entry's stored bytes end with (serde writes it last,
+    /// as the bytes they are).
+    pub fn bytes(&self) -> &bytes::Bytes {
+        &self.0
+    }
 }
 
 impl Serialize for EncodedCommand {

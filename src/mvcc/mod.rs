@@ -16,6 +16,7 @@ mod range;
 mod records;
 mod revision;
 mod store;
+mod value_source;
 mod write_txn;
 
 pub use index_build::Changes;

@@ -4,7 +4,7 @@
 use std::cmp::Ordering;
 
 use super::records::key_value;
-use super::{KeyRange, KvTxn};
+use super::{KeyRange, KeyRevision, KvTxn};
 use crate::error::{Error, Result};
 use crate::pb::etcdserverpb::range_request::{SortOrder, SortTarget};
 use crate::pb::etcdserverpb::{RangeRequest, RangeResponse, ResponseHeader};
@@ -17,6 +17,31 @@ use crate::pb::mvccpb::KeyValue;
 /// [`Error::FutureRevision`], [`Error::Compacted`], [`Error::InvalidSortOption`], or a storage
 /// failure.
 pub fn range(txn: &impl KvTxn, req: &RangeRequest) -> Result<RangeResponse> {
+    match plan(txn, req)? {
+        Planned::Done(resp) => Ok(resp),
+        Planned::Load(plan) => finish(plan, req, |key, change| txn.load(key, change)),
+    }
+}
+
+/// A range's answer once the index is read: complete (a count), or the values to load.
+pub(super) enum Planned {
+    /// Nothing to load.
+    Done(RangeResponse),
+    /// The matching keys' index entries, their values still to load (see [`finish`]).
+    Load(Plan),
+}
+
+/// What the index gave a range: its header, its count and the matches to load.
+pub(super) struct Plan {
+    header: Option<ResponseHeader>,
+    count: i64,
+    matches: Vec<(Vec<u8>, KeyRevision)>,
+    order: SortOrder,
+    target: SortTarget,
+}
+
+/// The part of a range that reads the key index (under the state's lock, in `txn`).
+pub(super) fn plan(txn: &impl KvTxn, req: &RangeRequest) -> Result<Planned> {
     let order = SortOrder::try_from(req.sort_order).map_err(|_| Error::InvalidSortOption)?;
     let target = SortTarget::try_from(req.sort_target).map_err(|_| Error::InvalidSortOption)?;
     let current = txn.read_revision();
@@ -53,19 +78,42 @@ pub fn range(txn: &impl KvTxn, req: &RangeRequest) -> Result<RangeResponse> {
     };
     let count = i64::try_from(count).unwrap_or(i64::MAX);
     if req.count_only {
-        return Ok(RangeResponse {
+        return Ok(Planned::Done(RangeResponse {
             header,
             count,
             ..Default::default()
-        });
+        }));
     }
+    Ok(Planned::Load(Plan {
+        header,
+        count,
+        matches,
+        order,
+        target,
+    }))
+}
+
+/// The part of a range that reads values (with `load`, which needs no lock of the state),
+/// filters, sorts and limits.
+pub(super) fn finish(
+    plan: Plan,
+    req: &RangeRequest,
+    load: impl Fn(&[u8], &KeyRevision) -> Result<KeyValue>,
+) -> Result<RangeResponse> {
+    let Plan {
+        header,
+        count,
+        matches,
+        order,
+        target,
+    } = plan;
     // The metadata comes from the index: a keys-only answer that does not sort by value needs
     // no value, so none is read (a disk read each, when not cached).
     let values = !req.keys_only || target == SortTarget::Value;
     let mut kvs = Vec::with_capacity(matches.len());
     for (key, change) in &matches {
         kvs.push(if values {
-            txn.load(key, change)?
+            load(key, change)?
         } else {
             key_value(key, change, bytes::Bytes::new())
         });
@@ -273,6 +321,12 @@ mod tests {
         )?;
         assert_eq!(limited.kvs.len(), 4);
         assert!(limited.kvs.iter().all(|kv| kv.value.is_empty()));
+        drop(read);
+        // Read off the state's lock (values from a snapshot), each answer is the same.
+        for req in &cases {
+            let expected = range(&store.read()?, req);
+            assert_eq!(store.range_off_lock(req), expected, "{req:?}");
+        }
         Ok(())
     }
 }

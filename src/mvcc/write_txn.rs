@@ -8,9 +8,11 @@ use super::records::{
     alarm_key, decode_record, encode_index_entry, encode_lease, encode_record, key_value, to_event,
 };
 use super::store::{load_from_disk, KvTxn, State};
+use super::value_source::{value_offset, ValueSource};
 use super::{KeyRange, KeyRevision, Revision};
 use crate::error::{Error, Result};
 use crate::pb::mvccpb::{Event, KeyValue};
+use crate::storage::logged::LogSpan;
 use crate::storage::{meta_key, Space, Storage, StorageResult, Value};
 
 /// A write of one or more requests into one atomic batch (the apply path's unit of work).
@@ -40,6 +42,12 @@ pub struct WriteTxn<'a> {
     garbage: &'a super::garbage::Garbage,
     /// The revision this batch compacted at, if it did.
     compacted_at: Option<i64>,
+    /// The log entry being applied, which holds the values of its puts (see
+    /// [`WriteTxn::apply_from`]).
+    source: Option<ValueSource>,
+    /// Records of `staged` whose value the log holds: the record's key, where the value starts
+    /// in the record and its length, and where the log holds it.
+    logged: BTreeMap<[u8; 16], (usize, usize, LogSpan)>,
 }
 
 impl<'a> WriteTxn<'a> {
@@ -62,7 +70,16 @@ impl<'a> WriteTxn<'a> {
             events: Vec::new(),
             garbage,
             compacted_at: None,
+            source: None,
+            logged: BTreeMap::new(),
         }
+    }
+
+    /// The requests applied from here on come from the Raft log entry at `index`, whose stored
+    /// bytes end with `bytes` (its encoded command): the state journal may refer to the values
+    /// of their puts there instead of repeating them (`storage::logged`).
+    pub fn apply_from(&mut self, index: u64, bytes: bytes::Bytes) {
+        self.source = Some(ValueSource::new(index, bytes));
     }
 
     fn next_revision(&mut self) -> Revision {
@@ -75,6 +92,12 @@ impl<'a> WriteTxn<'a> {
         let kv = key_value(key, &change, bytes::Bytes::copy_from_slice(value));
         let bytes = encode_record(change.is_tombstone(), &kv);
         let rev = change.rev.to_bytes();
+        let span = self.source.as_mut().and_then(|s| s.locate(value));
+        if let Some(span) = span {
+            if let Some(at) = value_offset(&bytes, value, change.lease) {
+                self.logged.insert(rev, (at, value.len(), span));
+            }
+        }
         self.staged.insert((Space::Kv, rev.to_vec()), Some(bytes));
         self.index_entries
             .push((rev, encode_index_entry(key, &change)));
@@ -214,9 +237,14 @@ impl<'a> WriteTxn<'a> {
         }
         let mut batch = self.storage.batch();
         for ((space, key), value) in std::mem::take(&mut self.staged) {
-            match value {
-                Some(v) => batch.insert_value(space, &key, v),
-                None => batch.remove(space, &key),
+            let logged = <[u8; 16]>::try_from(key.as_slice())
+                .ok()
+                .filter(|_| space == Space::Kv)
+                .and_then(|rev| self.logged.get(&rev));
+            match (value, logged) {
+                (Some(v), Some(&(at, len, span))) => batch.insert_logged(&key, v, at, len, span),
+                (Some(v), None) => batch.insert_value(space, &key, v),
+                (None, _) => batch.remove(space, &key),
             }
         }
         for (rev, entry) in std::mem::take(&mut self.index_entries) {

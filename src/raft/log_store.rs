@@ -190,6 +190,7 @@ impl LogStore {
             resumed,
             "purging the Raft log below the gap a snapshot install left"
         );
+        self.storage.flush_logged().map_err(write_err)?;
         self.record_purge(applied)
     }
 
@@ -570,6 +571,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             tracing::info!(
                 index = log_id.index,
                 "log purge postponed: the state on disk does not cover it yet"
+            );
+            return Ok(());
+        }
+        // Values the state journal left to these entries must be in tables first (a snapshot
+        // flushes them before openraft purges up to it; `storage::logged`).
+        if !self.storage.log_purgeable(log_id.index) {
+            tracing::info!(
+                index = log_id.index,
+                "log purge postponed: values the state journal left to the log are not flushed yet"
             );
             return Ok(());
         }

@@ -200,6 +200,9 @@ impl SnapshotFiles {
         batch.insert(Space::Meta, meta_key::INSTALLING, &marker);
         batch.commit()?;
         storage.persist_state()?;
+        // openraft purges the log up to the snapshot: the values the state journal left to it
+        // go to tables first.
+        storage.flush_logged()?;
         // From here a restart finishes the install: the log may be purged up to it.
         self.receiving_ended();
         self.refill(storage, &received, meta)

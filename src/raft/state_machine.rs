@@ -200,6 +200,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 EntryPayload::Blank => CommandResult::default(),
                 EntryPayload::Normal(encoded) => {
                     let cmd = &encoded.decode().map_err(sm_err)?;
+                    w.apply_from(entry.log_id.index, encoded.bytes().clone());
                     let started = std::time::Instant::now();
                     let result = apply::apply(&mut w, &self.auth, entry.log_id.index, cmd);
                     let took = started.elapsed();

@@ -61,17 +61,18 @@ impl Placement {
 
     /// Runs `read`, a read of the store: in place while reads are quick, off the runtime's
     /// worker (when there is a multi-threaded runtime to hand the worker's tasks to) while they
-    /// are slow.
-    pub fn run<T>(&self, read: impl FnOnce() -> T) -> T {
+    /// are slow. `read` is told which: while reads are slow, a read should not hold the state's
+    /// lock while it waits for the disk.
+    pub fn run<T>(&self, read: impl FnOnce(bool) -> T) -> T {
         let started = Instant::now();
         let off_worker = self.off_worker_at(started)
             && Handle::try_current()
                 .is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
         let out = if off_worker {
             crate::metrics::READS_OFF_WORKER.fetch_add(1, Ordering::Relaxed);
-            tokio::task::block_in_place(read)
+            tokio::task::block_in_place(|| read(true))
         } else {
-            read()
+            read(false)
         };
         let ended = Instant::now();
         if ended.duration_since(started) >= SLOW && (self.read_from_disk)() {
@@ -83,7 +84,7 @@ impl Placement {
 }
 
 /// Runs `read` with the process's placement: the page cache and the disk are the machine's.
-pub fn run<T>(read: impl FnOnce() -> T) -> T {
+pub fn run<T>(read: impl FnOnce(bool) -> T) -> T {
     static PROCESS: OnceLock<Placement> = OnceLock::new();
     PROCESS
         .get_or_init(|| Placement::new(thread_read_from_disk))
@@ -117,7 +118,7 @@ fn read_bytes(io: &str) -> Option<u64> {
 mod tests {
     use super::*;
 
-    fn slow_read() {
+    fn slow_read(_: bool) {
         std::thread::sleep(SLOW + Duration::from_millis(1));
     }
 
@@ -133,7 +134,7 @@ mod tests {
     fn a_slow_read_sends_the_next_reads_off_the_worker_for_a_while() {
         let placement = Placement::new(disk);
         let started = Instant::now();
-        assert_eq!(placement.run(|| 7), 7);
+        assert_eq!(placement.run(|_| 7), 7);
         // Checked only when the read was quick in fact (a preempted thread makes it slow).
         if started.elapsed() < SLOW {
             assert!(
@@ -183,7 +184,7 @@ mod tests {
             let sender = tokio::spawn(async move {
                 let _ = tx.send(());
             });
-            let got = on_worker.run(|| rx.recv_timeout(Duration::from_secs(5)).is_ok());
+            let got = on_worker.run(|_| rx.recv_timeout(Duration::from_secs(5)).is_ok());
             (got, sender.await.is_ok())
         });
         let (got, sender_ended) = reader.await.unwrap_or((false, false));
@@ -201,7 +202,7 @@ mod tests {
                 let _ = tx.send(());
             });
             // Quick reads keep the worker: the spawned task has not run while this one holds it.
-            let got = on_worker.run(|| rx.try_recv().is_ok());
+            let got = on_worker.run(|_| rx.try_recv().is_ok());
             let _ = sender.await;
             got
         });
@@ -212,6 +213,6 @@ mod tests {
     async fn on_a_current_thread_runtime_reads_run_in_place() {
         let placement = Placement::new(disk);
         placement.run(slow_read);
-        assert_eq!(placement.run(|| 3), 3);
+        assert_eq!(placement.run(|_| 3), 3);
     }
 }

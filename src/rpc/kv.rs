@@ -47,9 +47,13 @@ impl KvService {
         }
         self.ctx.check(caller, || needs::range(r))?;
         let mvcc = self.ctx.node.mvcc();
-        let mut resp = disk_reads::run(|| {
-            let read = mvcc.read()?;
-            mvcc::range(&read, r)
+        let mut resp = disk_reads::run(|slow| {
+            if slow {
+                mvcc.range_off_lock(r)
+            } else {
+                let read = mvcc.read()?;
+                mvcc::range(&read, r)
+            }
         })
         .map_err(status)?;
         fill_header(&self.ctx.node, &mut resp.header);
@@ -165,7 +169,7 @@ impl Kv for KvService {
             }
             self.ctx.check(caller.as_ref(), || needs::txn(&r))?;
             let mvcc = self.ctx.node.mvcc();
-            disk_reads::run(|| txn::execute(&mut mvcc.read()?, &r)).map_err(status)?
+            disk_reads::run(|_| txn::execute(&mut mvcc.read()?, &r)).map_err(status)?
         } else {
             let Outcome::Txn(resp) = self.write(caller, Op::Txn(r)).await? else {
                 return Err(unexpected());

@@ -398,7 +398,7 @@ fn respond(node: &RaftNode, msg: StreamMsg) -> Vec<WatchResponse> {
             mut events,
         } => {
             if spec.prev_kv {
-                super::disk_reads::run(|| add_prev_kvs(node, &mut events));
+                super::disk_reads::run(|_| add_prev_kvs(node, &mut events));
             }
             metrics::EVENTS_SENT.fetch_add(events.len() as u64, Ordering::Relaxed);
             let whole = WatchResponse {

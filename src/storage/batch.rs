@@ -42,6 +42,8 @@ impl std::ops::Deref for Value {
 pub struct Batch {
     pub(super) inner: fjall::OwnedWriteBatch,
     pub(super) storage: Storage,
+    /// The highest log index a value of this batch was left to (see [`super::logged`]).
+    pub(super) logged_upto: Option<u64>,
 }
 
 impl Batch {
@@ -57,6 +59,32 @@ impl Batch {
         self.inner.insert(ks, key, value.0);
     }
 
+    /// Sets `key` of the `kv` keyspace to `record` (built in place), whose bytes `at..at + len`
+    /// the Raft log holds at `span`: the state journal records a reference to the log instead
+    /// of them (see [`super::logged`]). A record too short for them, or whose entry the log has
+    /// not synced yet, is journaled whole.
+    pub fn insert_logged(
+        &mut self,
+        key: &[u8],
+        record: Value,
+        at: usize,
+        len: usize,
+        span: super::logged::LogSpan,
+    ) {
+        let ks = self.storage.space(Space::Kv);
+        // Only an entry the log has synced: a leader may apply an entry its followers hold
+        // before its own write of it is done, and a crash would then leave the journal naming an
+        // entry the log never got.
+        let synced = span.index < self.storage.wal.synced_end();
+        match super::logged::reference(&record, at, len, span).filter(|_| synced) {
+            Some(reference) => {
+                self.inner.insert_journaled_as(ks, key, record.0, reference);
+                self.logged_upto = self.logged_upto.max(Some(span.index));
+            }
+            None => self.inner.insert(ks, key, record.0),
+        }
+    }
+
     /// Removes `key` from `space`.
     pub fn remove(&mut self, space: Space, key: &[u8]) {
         let ks = self.storage.space(space);
@@ -68,6 +96,10 @@ impl Batch {
     pub fn commit(self) -> StorageResult<()> {
         self.inner.commit()?;
         self.storage.writeback.wrote();
+        // After the commit: a flush that reads this mark covers the batch's references.
+        if let Some(upto) = self.logged_upto {
+            self.storage.logged.wrote(upto);
+        }
         Ok(())
     }
 }

@@ -16,6 +16,9 @@
 //! | `lease`     | lease id, i64 big-endian     | granted, checkpointed TTL: 2 × i64 BE   | v1    |
 //! | `index`     | [`Revision`] bytes (16)      | the record's tag + its key-index fields | v3    |
 //!
+//! A record of `kv` whose value its Raft log entry holds (4 KiB or more) is journaled as a
+//! reference to that entry, not whole ([`logged`]); tables always hold whole records.
+//!
 //! `index` repeats, for each record of `kv`, what the key index needs (key, create revision,
 //! version, lease) without the value, so that a start reads it instead of every value. It is
 //! written in the same batch as the record, and trusted only while the `meta` key
@@ -30,6 +33,7 @@ use std::sync::Arc;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 mod batch;
+pub mod logged;
 mod release;
 mod view;
 mod wal;
@@ -87,6 +91,15 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
+/// A value fjall read, shared when large, copied when small (see [`SHARED_VALUE_BYTES`]).
+fn shared_bytes(v: fjall::Slice) -> bytes::Bytes {
+    if v.len() < SHARED_VALUE_BYTES {
+        bytes::Bytes::copy_from_slice(&v)
+    } else {
+        bytes::Bytes::from_owner(v)
+    }
+}
+
 /// Raft-meta key of the member identity.
 const IDENTITY_KEY: &str = "identity";
 
@@ -133,6 +146,9 @@ pub struct Storage {
     index: Keyspace,
     /// Writes the state journal back in the background (see [`writeback`]).
     writeback: std::sync::Arc<writeback::Writeback>,
+    /// Which values the state journal left to the Raft log are not in tables yet (see
+    /// [`logged`]).
+    logged: Arc<logged::Logged>,
 }
 
 /// The keyspaces a [`Batch`] can write.
@@ -211,6 +227,10 @@ impl Storage {
     /// thread opening the Raft log database panicked.
     pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> StorageResult<Self> {
         std::fs::create_dir_all(dir).map_err(|e| StorageError(e.to_string()))?;
+        // The log first: replaying the state journal reads the values it left to the log.
+        let wal = Arc::new(wal::Wal::open(&dir.join("wal"))?);
+        let logged = Arc::new(logged::Logged::default());
+        let resolver = logged::resolver(wal.clone(), logged.clone());
         // The two databases replay their journals side by side: a restart serves sooner.
         let (db, log_db) = std::thread::scope(|s| {
             let log_db = s.spawn(|| {
@@ -226,6 +246,7 @@ impl Storage {
                 .journal_compression(fjall::CompressionType::None)
                 .max_journaling_size(MAX_JOURNALS)
                 .cache_size(cache_bytes)
+                .with_journal_value_resolver(resolver)
                 .open();
             let log_db = log_db
                 .join()
@@ -234,7 +255,7 @@ impl Storage {
         });
         let (db, log_db) = (db?, log_db??);
         let storage = Storage {
-            wal: Arc::new(wal::Wal::open(&dir.join("wal"))?),
+            wal,
             raft_log: log_db.keyspace("raft_log", keyspace_options)?,
             raft_meta: log_db.keyspace("raft_meta", keyspace_options)?,
             log_db,
@@ -244,6 +265,7 @@ impl Storage {
             index: db.keyspace("index", index_options)?,
             db,
             writeback: writeback::Writeback::start(&dir.join("db")),
+            logged,
         };
         let found = match storage.meta.get(meta_key::FORMAT_VERSION)? {
             None => None,
@@ -325,11 +347,34 @@ impl Storage {
         Ok(())
     }
 
+    /// Flushes the memtables that hold values the state journal left to the Raft log (see
+    /// [`logged`]), and waits for the flush: afterwards the log entries those values came from
+    /// may be purged. Blocking; does nothing when no such value was written since the last.
+    ///
+    /// # Errors
+    /// When the flush fails.
+    pub fn flush_logged(&self) -> StorageResult<()> {
+        let upto = self.logged.written();
+        if self.logged.covers(upto) {
+            return Ok(());
+        }
+        self.kv.rotate_memtable_and_wait()?;
+        self.logged.flushed(upto);
+        Ok(())
+    }
+
+    /// Whether the Raft log's entries up to `index` may be purged as far as the state is
+    /// concerned: no value the state journal left to the log lies in them unflushed.
+    pub fn log_purgeable(&self, index: u64) -> bool {
+        self.logged.covers(index)
+    }
+
     /// Starts an atomic state-machine batch.
     pub fn batch(&self) -> Batch {
         Batch {
             inner: self.db.batch(),
             storage: self.clone(),
+            logged_upto: None,
         }
     }
 
@@ -348,13 +393,7 @@ impl Storage {
     /// # Errors
     /// On a read failure.
     pub fn get_shared(&self, space: Space, key: &[u8]) -> StorageResult<Option<bytes::Bytes>> {
-        Ok(self.space(space).get(key)?.map(|v| {
-            if v.len() < SHARED_VALUE_BYTES {
-                bytes::Bytes::copy_from_slice(&v)
-            } else {
-                bytes::Bytes::from_owner(v)
-            }
-        }))
+        Ok(self.space(space).get(key)?.map(shared_bytes))
     }
 
     /// Entries of a state-machine keyspace with `start <= key < end`, in key order.

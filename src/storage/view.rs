@@ -26,12 +26,16 @@ impl Storage {
 }
 
 impl View {
-    /// Syncs the state's journal (everything in the view, and more, is then on disk).
+    /// Syncs the state's journal (everything in the view, and more, is then on disk), and
+    /// flushes the values it left to the Raft log ([`Storage::flush_logged`]).
     ///
     /// # Errors
-    /// When the sync fails.
+    /// When the sync or the flush fails.
     pub fn persist_state(&self) -> StorageResult<()> {
-        self.storage.persist_state()
+        self.storage.persist_state()?;
+        // The log up to the view may go once the snapshot is taken: the values the state
+        // journal left to it go to tables first.
+        self.storage.flush_logged()
     }
 
     /// The state's sequence number as of the view: two views with the same one (in one
@@ -49,6 +53,17 @@ impl View {
             .snapshot
             .get(self.storage.space(space), key)?
             .map(|v| v.to_vec()))
+    }
+
+    /// One value as of the view, shared or copied as [`Storage::get_shared`] does.
+    ///
+    /// # Errors
+    /// On a read failure.
+    pub fn get_shared(&self, space: Space, key: &[u8]) -> StorageResult<Option<bytes::Bytes>> {
+        Ok(self
+            .snapshot
+            .get(self.storage.space(space), key)?
+            .map(super::shared_bytes))
     }
 
     /// Calls `visit` with every `(key, value)` of `space` whose key starts with `prefix` (all of

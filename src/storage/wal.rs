@@ -61,6 +61,8 @@ struct Inner {
     segments: BTreeMap<u64, Segment>,
     /// A segment was created or removed since the directory was last synced.
     dir_changed: bool,
+    /// Counts truncations: a sync that began before one does not vouch for what it cut.
+    truncations: u64,
 }
 
 /// The Raft log's segment files in one directory.
@@ -72,6 +74,8 @@ pub struct Wal {
     /// Held shared by a read for its whole length (it reads outside `inner`), and exclusively
     /// by a truncation: a read never sees a record cut or rewritten under it.
     truncating: std::sync::RwLock<()>,
+    /// Every entry below this index is synced (see [`Wal::synced_end`]).
+    synced_end: std::sync::atomic::AtomicU64,
 }
 
 fn corrupt(what: String) -> io::Error {
@@ -155,9 +159,12 @@ impl Wal {
             dir: dir.to_path_buf(),
             segment_bytes,
             truncating: std::sync::RwLock::new(()),
+            // What a start finds was not necessarily synced: the first sync vouches for it.
+            synced_end: std::sync::atomic::AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 segments,
                 dir_changed: false,
+                truncations: 0,
             }),
         })
     }
@@ -321,10 +328,12 @@ impl Wal {
     /// # Errors
     /// On an fsync failure.
     pub fn sync(&self) -> io::Result<()> {
-        let (file, dir_changed) = {
+        let (file, dir_changed, end, truncations) = {
             let mut inner = self.inner();
-            let file = inner.segments.last_key_value().map(|(_, s)| s.file.clone());
-            (file, std::mem::take(&mut inner.dir_changed))
+            let last = inner.segments.last_key_value().map(|(_, s)| s);
+            let (file, end) = (last.map(|s| s.file.clone()), last.map_or(0, Segment::end));
+            let dir_changed = std::mem::take(&mut inner.dir_changed);
+            (file, dir_changed, end, inner.truncations)
         };
         if let Some(file) = file {
             file.sync_data()?;
@@ -335,7 +344,18 @@ impl Wal {
                 return Err(e);
             }
         }
+        let inner = self.inner();
+        if inner.truncations == truncations {
+            self.synced_end
+                .fetch_max(end, std::sync::atomic::Ordering::AcqRel);
+        }
         Ok(())
+    }
+
+    /// Every entry below this index has been synced by [`Wal::sync`] since the log was opened
+    /// (and not truncated since): a crash of the machine cannot take it away.
+    pub fn synced_end(&self) -> u64 {
+        self.synced_end.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The entries with `from <= index < to` that the log holds, in order.
@@ -415,6 +435,9 @@ impl Wal {
     /// On an I/O failure.
     pub fn truncate(&self, from: u64) -> io::Result<()> {
         let mut inner = self.inner();
+        inner.truncations += 1;
+        self.synced_end
+            .fetch_min(from, std::sync::atomic::Ordering::AcqRel);
         // Newest first: a crash part way leaves a shorter log, never one with a hole.
         let doomed: Vec<u64> = inner
             .segments

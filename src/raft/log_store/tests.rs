@@ -107,3 +107,104 @@ async fn a_gap_left_below_an_installed_snapshot_is_purged_at_start() -> Result<(
     assert_eq!(read, (51..=55).collect::<Vec<_>>());
     Ok(())
 }
+
+/// A large put's value reaches the state journal as a reference to its log entry
+/// (`storage::logged`): after a stop before any flush, the state comes back with the value read
+/// from the log; the log is not purged past an unflushed value; a flush lets it go.
+#[tokio::test]
+async fn a_value_left_to_the_log_comes_back_from_it_and_holds_the_log_until_flushed(
+) -> Result<(), StorageError<u64>> {
+    use crate::apply::{Command, EncodedCommand, Op};
+    use crate::pb::etcdserverpb::{PutRequest, RangeRequest};
+    use openraft::storage::{RaftLogStorage, RaftStateMachine};
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+    let err = |e: &dyn std::fmt::Display| super::write_err(e.to_string());
+    let dir = tempfile::tempdir().map_err(|e| err(&e))?;
+    let value: Vec<u8> = (0..16_384u32).map(|i| (i * 7 + i / 251) as u8).collect();
+    let leased = b"leased".to_vec();
+    let log_id = |i: u64| LogId::new(CommittedLeaderId::new(1, 0), i);
+    {
+        let (_, mut log, mut sm) = {
+            let storage = Storage::open(dir.path()).map_err(|e| err(&e))?;
+            let mvcc = Arc::new(MvccStore::open(storage.clone()).map_err(|e| err(&e))?);
+            let hub = crate::watch::WatchHub::new(mvcc.current_revision());
+            let removed = Arc::new(tokio::sync::watch::Sender::new(false));
+            let auth = Arc::new(
+                crate::auth::AuthStore::open(&storage, Default::default()).map_err(|e| err(&e))?,
+            );
+            let snapshots = Arc::new(crate::raft::snapshots::SnapshotFiles::new(dir.path()));
+            let sm = StateMachine::open(1, storage.clone(), mvcc, auth, hub, snapshots, removed)?;
+            ((), LogStore::new(storage), sm)
+        };
+        // Two puts of the same value in one entry (a batch), one of them under a lease.
+        let put = |key: &[u8], lease: i64| {
+            Command::new(Op::Put(PutRequest {
+                key: key.to_vec(),
+                value: value.clone(),
+                lease,
+                ..Default::default()
+            }))
+        };
+        let grant = Command::new(Op::LeaseGrant(crate::pb::etcdserverpb::LeaseGrantRequest {
+            ttl: 60,
+            id: 5,
+        }));
+        let batch = Command::new(Op::Batch(crate::pb::concordpb::CommandBatch {
+            commands: vec![put(b"plain", 0), put(&leased, 5)],
+        }));
+        let mut entries = Vec::new();
+        for (i, cmd) in [(1, grant), (2, batch)] {
+            let e: Entry<TypeConfig> = Entry {
+                log_id: log_id(i),
+                payload: EntryPayload::Normal(EncodedCommand::encode(&cmd)),
+            };
+            let stored = bincode::serialize(&e).map_err(|x| err(&x))?;
+            log.storage
+                .append_log(&[(i, stored)])
+                .map_err(|x| err(&x))?;
+            entries.push(e);
+        }
+        log.storage.persist_log().map_err(|x| err(&x))?;
+        sm.apply(entries).await?;
+        // The journal holds references, not the values.
+        let journals: Vec<u8> = std::fs::read_dir(dir.path().join("db"))
+            .map_err(|x| err(&x))?
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".jnl"))
+            .filter_map(|e| std::fs::read(e.path()).ok())
+            .flatten()
+            .collect();
+        assert!(!journals.is_empty());
+        assert_eq!(memchr::memmem::find(&journals, &value[..1024]), None);
+        log.purge(log_id(2)).await?;
+        assert_eq!(
+            log.get_log_state().await?.last_purged_log_id,
+            None,
+            "postponed while the values are only in the log"
+        );
+    }
+    // Reopened without a flush: the values come from the log.
+    let storage = Storage::open(dir.path()).map_err(|e| err(&e))?;
+    let mvcc = MvccStore::open(storage.clone()).map_err(|e| err(&e))?;
+    for key in [b"plain".to_vec(), leased] {
+        let req = RangeRequest {
+            key: key.clone(),
+            ..Default::default()
+        };
+        let read = mvcc.read().map_err(|x| err(&x))?;
+        let got = crate::mvcc::range(&read, &req).map_err(|x| err(&x))?;
+        let kv = got.kvs.first().cloned().unwrap_or_default();
+        assert_eq!(kv.value.as_ref(), value.as_slice(), "{key:?}");
+        assert_eq!(kv.lease, if key == b"leased" { 5 } else { 0 });
+    }
+    let mut log = LogStore::new(storage.clone());
+    log.purge(log_id(2)).await?;
+    assert_eq!(log.get_log_state().await?.last_purged_log_id, None);
+    storage.flush_logged().map_err(|x| err(&x))?;
+    log.purge(log_id(2)).await?;
+    assert_eq!(
+        log.get_log_state().await?.last_purged_log_id,
+        Some(log_id(2))
+    );
+    Ok(())
+}

@@ -195,4 +195,15 @@ impl<O: Openable> Builder<O> {
         self.inner.compaction_filter_factory_assigner = Some(f);
         self
     }
+
+    /// Concord patch: installs the resolver of journal values recorded in place of values
+    /// (see [`crate::db_config::JournalValueResolver`]).
+    #[must_use]
+    pub fn with_journal_value_resolver(
+        mut self,
+        f: crate::db_config::JournalValueResolver,
+    ) -> Self {
+        self.inner.journal_value_resolver = Some(f);
+        self
+    }
 }

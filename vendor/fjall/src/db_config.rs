@@ -12,6 +12,14 @@ use std::{
 pub type CompactionFilterAssigner =
     Arc<dyn Fn(&str) -> Option<Arc<dyn lsm_tree::compaction::filter::Factory>> + Send + Sync>;
 
+/// Concord patch: turns a journal value recorded by `WriteBatch::insert_journaled_as` back
+/// into the value, at recovery: called with the keyspace's name, the key and the value read
+/// from the journal, for every value replayed into a memtable (values recorded as upstream
+/// too, which it returns as they are). An `Err` fails the database's open.
+pub type JournalValueResolver = Arc<
+    dyn Fn(&str, &[u8], lsm_tree::UserValue) -> Result<lsm_tree::UserValue, String> + Send + Sync,
+>;
+
 /// Global database configuration
 #[derive(Clone)]
 pub struct Config {
@@ -48,6 +56,27 @@ pub struct Config {
     // pub(crate) journal_recovery_mode: RecoveryMode,
     //
     pub(crate) compaction_filter_factory_assigner: Option<CompactionFilterAssigner>,
+
+    /// Concord patch: see [`JournalValueResolver`].
+    pub(crate) journal_value_resolver: Option<JournalValueResolver>,
+}
+
+impl Config {
+    /// Concord patch: a value replayed from the journal into keyspace `keyspace`, through the
+    /// journal value resolver if there is one.
+    pub(crate) fn resolve_journal_value(
+        &self,
+        keyspace: &str,
+        key: &[u8],
+        value: lsm_tree::UserValue,
+    ) -> crate::Result<lsm_tree::UserValue> {
+        match &self.journal_value_resolver {
+            None => Ok(value),
+            Some(resolve) => {
+                resolve(keyspace, key, value).map_err(|e| crate::Error::Io(std::io::Error::other(e)))
+            }
+        }
+    }
 }
 
 const DEFAULT_CPU_CORES: usize = 4;
@@ -90,6 +119,8 @@ impl Config {
             cache: Arc::new(Cache::with_capacity_bytes(/* 32 MiB */ 32 * 1_024 * 1_024)),
 
             compaction_filter_factory_assigner: None,
+
+            journal_value_resolver: None,
         }
     }
 }

@@ -147,7 +147,7 @@ pub use {
     batch::WriteBatch as OwnedWriteBatch,
     builder::Builder as DatabaseBuilder,
     db::Database,
-    db_config::Config,
+    db_config::{Config, JournalValueResolver},
     error::{Error, Result},
     guard::Guard,
     iter::Iter,

@@ -191,7 +191,11 @@ pub fn recover_sealed_memtables(
 
                 match item.value_type {
                     lsm_tree::ValueType::Value => {
-                        tree.insert(item.key, item.value, batch.seqno);
+                        // Concord patch: a value recorded in place of the value is resolved.
+                        let value =
+                            db.config
+                                .resolve_journal_value(&keyspace_name, &item.key, item.value)?;
+                        tree.insert(item.key, value, batch.seqno);
                     }
                     lsm_tree::ValueType::Tombstone => {
                         tree.remove(item.key, batch.seqno);

@@ -22,6 +22,11 @@ pub struct Item {
 
     /// Tombstone marker - if this is true, the value has been deleted
     pub value_type: ValueType,
+
+    /// Concord patch: what the journal records instead of `value` (the memtable gets
+    /// `value`); at recovery the database's journal value resolver turns it back into the
+    /// value. `None`: the journal records `value`, as upstream.
+    pub journal_value: Option<UserValue>,
 }
 
 impl std::fmt::Debug for Item {
@@ -68,6 +73,7 @@ impl Item {
             key: k,
             value: v,
             value_type,
+            journal_value: None,
         }
     }
 }

@@ -69,6 +69,21 @@ impl WriteBatch {
             .push(Item::new(p.clone(), key, value, ValueType::Value));
     }
 
+    /// Concord patch: inserts a key-value pair whose journal record is `journal_value`
+    /// instead of `value` (see `Item::journal_value`). Recovery hands `journal_value` to the
+    /// database's journal value resolver, which must give `value` back.
+    pub fn insert_journaled_as<K: Into<UserKey>, V: Into<UserValue>, J: Into<UserValue>>(
+        &mut self,
+        p: &Keyspace,
+        key: K,
+        value: V,
+        journal_value: J,
+    ) {
+        let mut item = Item::new(p.clone(), key, value, ValueType::Value);
+        item.journal_value = Some(journal_value.into());
+        self.data.push(item);
+    }
+
     /// Removes a key-value pair.
     pub fn remove<K: Into<UserKey>>(&mut self, p: &Keyspace, key: K) {
         self.data

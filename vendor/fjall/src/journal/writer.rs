@@ -350,13 +350,15 @@ impl Writer {
         for item in items {
             debug_assert!(self.buf.is_empty());
 
+            // Concord patch: the item's journal value, when it has one.
+            let value = item.journal_value.as_ref().unwrap_or(&item.value);
             serialize_marker_item(
                 &mut self.buf,
                 item.keyspace.id,
                 &item.key,
-                &item.value,
+                value,
                 item.value_type,
-                if self.compression_threshold > 0 && item.value.len() >= self.compression_threshold
+                if self.compression_threshold > 0 && value.len() >= self.compression_threshold
                 {
                     self.compression
                 } else {

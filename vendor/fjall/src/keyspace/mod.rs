@@ -709,14 +709,17 @@ impl Keyspace {
     }
 
     // NOTE: Used in tests
+    //
+    // Concord patch: also waits when the active memtable was empty (nothing to rotate) but
+    // sealed ones still wait for their flush: on return, everything written before the call
+    // is in tables.
     #[doc(hidden)]
     pub fn rotate_memtable_and_wait(&self) -> crate::Result<()> {
-        if self.rotate_memtable()? {
-            self.supervisor.flush_manager.wait_for_empty();
+        self.rotate_memtable()?;
+        self.supervisor.flush_manager.wait_for_empty();
 
-            while self.tree.sealed_memtable_count() > 0 {
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
+        while self.tree.sealed_memtable_count() > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
         Ok(())
     }
