@@ -173,12 +173,8 @@ impl MvccStore {
         match planned {
             super::range::Planned::Done(resp) => Ok(resp),
             super::range::Planned::Load(plan) => super::range::finish(plan, req, |key, change| {
-                let bytes = view
-                    .get_shared(Space::Kv, &change.rev.to_bytes())
-                    .map_err(|_| Error::Storage)?
-                    .ok_or(Error::Storage)?;
-                let (_, stored) = decode_as::<KeyValue>(bytes).map_err(|_| Error::Storage)?;
-                Ok(key_value(key, change, stored.value))
+                let read = view.get_shared(Space::Kv, &change.rev.to_bytes());
+                stored_key_value(read, key, change)
             }),
         }
     }
@@ -454,10 +450,17 @@ pub(super) fn load_from_disk(
     key: &[u8],
     change: &KeyRevision,
 ) -> Result<KeyValue> {
-    let bytes = storage
-        .get_shared(Space::Kv, &change.rev.to_bytes())
-        .map_err(|_| Error::Storage)?
-        .ok_or(Error::Storage)?;
+    let read = storage.get_shared(Space::Kv, &change.rev.to_bytes());
+    stored_key_value(read, key, change)
+}
+
+/// The `KeyValue` of `key` at `change`, from its record as read (it must be there).
+fn stored_key_value(
+    read: StorageResult<Option<bytes::Bytes>>,
+    key: &[u8],
+    change: &KeyRevision,
+) -> Result<KeyValue> {
+    let bytes = read.map_err(|_| Error::Storage)?.ok_or(Error::Storage)?;
     let (_, stored) = decode_as::<KeyValue>(bytes).map_err(|_| Error::Storage)?;
     Ok(key_value(key, change, stored.value))
 }

@@ -76,7 +76,10 @@ impl Batch {
         // before its own write of it is done, and a crash would then leave the journal naming an
         // entry the log never got.
         let synced = span.index < self.storage.wal.synced_end();
-        match super::logged::reference(&record, at, len, span).filter(|_| synced) {
+        let reference = synced
+            .then(|| super::logged::reference(&record, at, len, span))
+            .flatten();
+        match reference {
             Some(reference) => {
                 self.inner.insert_journaled_as(ks, key, record.0, reference);
                 self.logged_upto = self.logged_upto.max(Some(span.index));
