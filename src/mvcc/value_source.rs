@@ -38,9 +38,7 @@ impl ValueSource {
             from_end: u32::try_from(self.bytes.len() - at).ok()?,
         })
     }
-}
 
-impl ValueSource {
     /// Where `value` lies at or after `from`: its first bytes are looked for, and the places
     /// they start are compared whole, [`CANDIDATES`] at most. (A search for the whole value
     /// spent more on preparing its searcher than the journal write it saved.)

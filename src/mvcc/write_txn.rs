@@ -47,7 +47,7 @@ pub struct WriteTxn<'a> {
     source: Option<ValueSource>,
     /// Records of `staged` whose value the log holds: the record's key, where the value starts
     /// in the record and its length, and where the log holds it.
-    logged: BTreeMap<[u8; 16], (usize, usize, LogSpan)>,
+    logged: BTreeMap<Vec<u8>, (usize, usize, LogSpan)>,
 }
 
 impl<'a> WriteTxn<'a> {
@@ -95,7 +95,7 @@ impl<'a> WriteTxn<'a> {
         let span = self.source.as_mut().and_then(|s| s.locate(value));
         if let Some(span) = span {
             if let Some(at) = value_offset(&bytes, value, change.lease) {
-                self.logged.insert(rev, (at, value.len(), span));
+                self.logged.insert(rev.to_vec(), (at, value.len(), span));
             }
         }
         self.staged.insert((Space::Kv, rev.to_vec()), Some(bytes));
@@ -237,10 +237,9 @@ impl<'a> WriteTxn<'a> {
         }
         let mut batch = self.storage.batch();
         for ((space, key), value) in std::mem::take(&mut self.staged) {
-            let logged = <[u8; 16]>::try_from(key.as_slice())
-                .ok()
-                .filter(|_| space == Space::Kv)
-                .and_then(|rev| self.logged.get(&rev));
+            let logged = (space == Space::Kv)
+                .then(|| self.logged.get(&key))
+                .flatten();
             match (value, logged) {
                 (Some(v), Some(&(at, len, span))) => batch.insert_logged(&key, v, at, len, span),
                 (Some(v), None) => batch.insert_value(space, &key, v),
