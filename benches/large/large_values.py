@@ -40,6 +40,11 @@ def main():
     ap.add_argument("--keys", type=int, default=1000)
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--snapshot-count", type=int,
+                    help="--snapshot-count for every member (kubeadm sets 10000)")
+    ap.add_argument("--warm-seconds", type=int, default=0,
+                    help="16-client puts before the rounds, so that each log has been cut by "
+                    "snapshots and every server is measured in its steady state")
     a = ap.parse_args()
     etcdctl = f"{a.etcd_dir}/etcdctl"
     sizes = [int(s) for s in a.sizes.split(",")]
@@ -51,10 +56,15 @@ def main():
         try:
             for i, (label, binary) in enumerate(chosen):
                 d = tempfile.mkdtemp(prefix=f"values-{label.split()[0]}-", dir=a.work)
-                proc, ep = member(binary, "m0", 25800 + 10 * i, f"{d}/m0", log=f"{d}/server.log")
+                extra = ["--snapshot-count", str(a.snapshot_count)] if a.snapshot_count else []
+                proc, ep = member(binary, "m0", 25800 + 10 * i, f"{d}/m0", extra=extra,
+                                  log=f"{d}/server.log")
                 started.append((label, proc, ep, d))
             for _, _, ep, _ in started:
                 wait_healthy(etcdctl, ep)
+            for _, proc, ep, _ in started:
+                if a.warm_seconds:
+                    puts(a.bench, ep, proc.pid, a.warm_seconds, 16, size, a.keys)
             for _ in range(a.rounds):
                 for clients in client_counts:
                     for label, proc, ep, _ in started:

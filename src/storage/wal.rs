@@ -8,10 +8,11 @@
 //!   [`SEGMENT_BYTES`] it is synced and a new one begins. An append after a gap (the log was
 //!   purged past its end to a snapshot) begins a new segment too.
 //! - Appends are readable at once and durable after [`Wal::sync`] (the caller groups many
-//!   appends under one sync). A truncation is synced before it returns. A purge deletes whole
-//!   segments: their names go first, synced, and then their blocks, a step at a time, so a
-//!   crash brings back whole segments or none; what it brings back lies below the purged
-//!   index, which the log store records durably and never reads below.
+//!   appends under one sync). A truncation is synced before it returns. A purge removes whole
+//!   segments: a few are renamed into a pool of files that new segments are written over
+//!   ([`recycle`]), the rest deleted, their names first, synced, and then their blocks, a step
+//!   at a time, so a crash brings back whole segments or none; what it brings back lies below
+//!   the purged index, which the log store records durably and never reads below.
 //! - Opening reads every record header (not the payloads) to index the segments; the last
 //!   segment is read whole and cut after its last intact record (a write torn by a crash was
 //!   never reported durable). Payloads of other segments are checked when they are read.
@@ -23,7 +24,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::release;
+mod purge;
+mod recycle;
 
 /// A segment's size past which the next append begins a new one.
 const SEGMENT_BYTES: u64 = 64 << 20;
@@ -39,6 +41,8 @@ struct Segment {
     offsets: Vec<u64>,
     /// Bytes of whole records (where the next one goes).
     len: u64,
+    /// The file's length: past `len` when a recycled file still holds old records there.
+    size: u64,
 }
 
 impl Segment {
@@ -63,6 +67,8 @@ struct Inner {
     dir_changed: bool,
     /// Counts truncations: a sync that began before one does not vouch for what it cut.
     truncations: u64,
+    /// Purged segments kept to be written over as new ones.
+    pool: recycle::Pool,
 }
 
 /// The Raft log's segment files in one directory.
@@ -102,6 +108,17 @@ fn parse_header(h: &[u8; HEADER]) -> (u64, u32, u64) {
         u64::from_le_bytes(b)
     };
     (word(0..4), word(4..8) as u32, word(8..16))
+}
+
+/// Whether the bytes at `at`, where a segment's records stop, are an old record of a
+/// recycled file (its index lies below the segment's `first`) rather than a torn write.
+fn recycled_tail(file: &File, at: u64, first: u64) -> io::Result<bool> {
+    let mut h = [0u8; HEADER];
+    match file.read_exact_at(&mut h, at) {
+        Ok(()) => Ok(parse_header(&h).2 < first),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 impl Wal {
@@ -155,6 +172,7 @@ impl Wal {
         if removed_empty {
             sync_dir(dir)?;
         }
+        let pool = recycle::Pool::open(dir)?;
         Ok(Wal {
             dir: dir.to_path_buf(),
             segment_bytes,
@@ -165,6 +183,7 @@ impl Wal {
                 segments,
                 dir_changed: false,
                 truncations: 0,
+                pool,
             }),
         })
     }
@@ -214,7 +233,11 @@ impl Wal {
                     path.display()
                 )));
             }
-            tracing::warn!(path = %path.display(), offset = at, "cutting a torn Raft log tail: {what}");
+            if recycled_tail(&file, at, first)? {
+                tracing::debug!(path = %path.display(), offset = at, "the last Raft log segment's records end where its recycled file's old ones begin");
+            } else {
+                tracing::warn!(path = %path.display(), offset = at, "cutting a torn Raft log tail: {what}");
+            }
             file.set_len(at)?;
             file.sync_data()?;
         }
@@ -224,6 +247,7 @@ impl Wal {
             first,
             offsets,
             len: at,
+            size: at,
         })
     }
 
@@ -273,6 +297,7 @@ impl Wal {
             }
             segment.file.write_all_at(&buf, segment.len)?;
             segment.len += buf.len() as u64;
+            segment.size = segment.size.max(segment.len);
             segment.offsets.extend(offsets);
         }
         Ok(())
@@ -292,22 +317,39 @@ impl Wal {
                 std::fs::remove_file(&s.path)?;
             }
         }
-        if let Some((_, last)) = inner.segments.last_key_value() {
+        if let Some((_, last)) = inner.segments.iter_mut().next_back() {
             if first < last.end() {
                 return Err(io::Error::other(format!(
                     "Raft log append at {first} would overwrite up to {}",
                     last.end()
                 )));
             }
+            // A recycled file's old records past the new ones go: only the last segment may
+            // end in bytes that are not records.
+            if last.size > last.len {
+                last.file.set_len(last.len)?;
+                last.size = last.len;
+            }
             last.file.sync_data()?;
         }
         let path = segment_path(&self.dir, first);
+        let recycled = match inner.pool.take(first) {
+            Some(free) => match std::fs::rename(&free, &path) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(path = %free.display(), error = %e, "reusing a purged Raft log segment");
+                    false
+                }
+            },
+            None => false,
+        };
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
-            .truncate(true)
+            .truncate(!recycled)
             .open(&path)?;
+        let size = file.metadata()?.len();
         inner.segments.insert(
             first,
             Segment {
@@ -316,6 +358,7 @@ impl Wal {
                 first,
                 offsets: Vec::new(),
                 len: 0,
+                size,
             },
         );
         inner.dir_changed = true;
@@ -438,6 +481,7 @@ impl Wal {
         inner.truncations += 1;
         self.synced_end
             .fetch_min(from, std::sync::atomic::Ordering::AcqRel);
+        inner.pool.forget_from(from)?;
         // Newest first: a crash part way leaves a shorter log, never one with a hole.
         let doomed: Vec<u64> = inner
             .segments
@@ -455,69 +499,13 @@ impl Wal {
                 s.file.set_len(cut)?;
                 s.file.sync_data()?;
                 s.len = cut;
+                s.size = cut;
                 s.offsets.truncate((from - s.first) as usize);
             }
         }
         sync_dir(&self.dir)?;
         inner.dir_changed = false;
         Ok(())
-    }
-
-    /// Deletes the segments whose entries all lie at or below `upto`. Returns how many entries
-    /// went. The names are removed under the log's lock; the files' blocks are freed after it,
-    /// a step at a time (about a quarter of a second per full segment), on the caller's thread.
-    ///
-    /// # Errors
-    /// On an I/O failure.
-    pub fn purge(&self, upto: u64) -> io::Result<u64> {
-        let mut inner = self.inner();
-        let doomed: Vec<u64> = inner
-            .segments
-            .values()
-            .filter(|s| s.end() <= upto.saturating_add(1) && !s.offsets.is_empty())
-            .map(|s| s.first)
-            .collect();
-        let mut removed = 0;
-        // Unlinked under the lock (the name could be taken again), freed after it: freeing a
-        // segment's blocks waits for the disk (the block bitmaps, the discards), and every
-        // append waited behind it (358 ms with a cold page cache), so it happens outside the
-        // lock and a step at a time (`release`). Only a file whose name is gone is cut.
-        let mut unlinked = Vec::new();
-        let mut failed = None;
-        for key in doomed {
-            let Some(s) = inner.segments.remove(&key) else {
-                continue;
-            };
-            if let Err(e) = std::fs::remove_file(&s.path) {
-                failed = Some(e);
-                break;
-            }
-            removed += s.offsets.len() as u64;
-            unlinked.push(s);
-        }
-        drop(inner);
-        // The removals are made durable here, before any cut, so that a crash can never bring
-        // back a named segment cut short (a start refuses one that is not the last); the log's
-        // next sync need not sync the directory again for them, unless this failed.
-        let synced = unlinked.is_empty() || {
-            let result = sync_dir(&self.dir);
-            if let Err(e) = &result {
-                self.inner().dir_changed = true;
-                tracing::warn!(error = %e, "syncing the Raft log's directory after a purge");
-            }
-            result.is_ok()
-        };
-        // Out of the map, a file can no longer be taken, so a count of 1 stays 1; a reader that
-        // took it before keeps it whole (and frees it when done).
-        for s in unlinked
-            .iter()
-            .filter(|s| synced && Arc::strong_count(&s.file) == 1)
-        {
-            if let Err(e) = release::shrink_to_nothing(&s.file, release::PAUSE) {
-                tracing::warn!(path = %s.path.display(), error = %e, "freeing a purged segment");
-            }
-        }
-        failed.map_or(Ok(removed), Err)
     }
 
     /// Whether the log holds no entry.

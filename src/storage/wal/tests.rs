@@ -174,3 +174,103 @@ fn an_empty_segment_left_by_a_crash_is_removed_and_never_blocks_appends() -> io:
     assert_eq!(wal.after_gap(), Some(20), "a gap below 20");
     Ok(())
 }
+
+fn pool_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "free"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+fn inode(path: &Path) -> io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(std::fs::metadata(path)?.ino())
+}
+
+#[test]
+fn purged_segments_are_written_over_as_new_ones_and_their_old_records_never_read() -> io::Result<()>
+{
+    let dir = tempfile::tempdir()?;
+    let wal = Wal::open_with(dir.path(), 300)?;
+    // Long entries first, so a recycled file holds old records well past the new ones.
+    let long: Vec<_> = (1..40).map(|i| (i, vec![i as u8; 200])).collect();
+    wal.append(&long)?;
+    wal.sync()?;
+    let purged = wal
+        .inner()
+        .segments
+        .values()
+        .filter(|s| s.end() <= 21)
+        .count();
+    assert!(wal.purge(20)? > 0);
+    let pooled = pool_files(dir.path())?;
+    assert_eq!(pooled.len(), purged.min(recycle::KEPT));
+    let pooled: Vec<u64> = pooled.iter().map(|p| inode(p)).collect::<io::Result<_>>()?;
+    // Short entries after a gap: new segments take the pooled files.
+    let short = entries(100..200);
+    wal.append(&short)?;
+    wal.sync()?;
+    assert!(
+        pool_files(dir.path())?.is_empty(),
+        "every pooled file reused"
+    );
+    let segments: Vec<u64> = segment_files(dir.path())?
+        .iter()
+        .map(|p| inode(p))
+        .collect::<io::Result<_>>()?;
+    assert!(pooled.iter().all(|i| segments.contains(i)));
+    assert_eq!(wal.read(100, 300)?, short);
+    drop(wal);
+    // A start refuses old bytes in any segment but the last, and cuts them there.
+    let wal = Wal::open_with(dir.path(), 300)?;
+    assert_eq!(wal.read(100, 300)?, short);
+    assert_eq!(wal.read(21, 40)?, long[20..].to_vec());
+    wal.append(&entries(200..210))?;
+    assert_eq!(wal.read(199, 300)?, entries(199..210));
+    Ok(())
+}
+
+#[test]
+fn a_truncation_below_pooled_files_deletes_them() -> io::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let wal = Wal::open_with(dir.path(), 150)?;
+    wal.append(&entries(1..40))?;
+    wal.sync()?;
+    wal.purge(20)?;
+    assert!(!pool_files(dir.path())?.is_empty());
+    drop(wal);
+    // The pool survives a restart.
+    let wal = Wal::open_with(dir.path(), 150)?;
+    assert!(!pool_files(dir.path())?.is_empty());
+    // The same indexes again: no pooled file may hold them.
+    wal.clear()?;
+    assert!(pool_files(dir.path())?.is_empty());
+    wal.append(&entries(1..3))?;
+    wal.sync()?;
+    drop(wal);
+    let wal = Wal::open_with(dir.path(), 150)?;
+    assert_eq!(wal.read(0, 100)?, entries(1..3));
+    Ok(())
+}
+
+#[test]
+fn a_pooled_file_that_may_hold_the_indexes_to_come_is_never_reused() -> io::Result<()> {
+    // A pooled file holding entries 1..10, as a log cleared and restarted could leave.
+    let old = written(1..10, SEGMENT_BYTES)?;
+    let dir = tempfile::tempdir()?;
+    std::fs::copy(
+        segment_path(old.path(), 1),
+        dir.path().join(format!("{:016x}.free", 10)),
+    )?;
+    let wal = Wal::open(dir.path())?;
+    // The same entries 1 and 2 again: written over that file, its 3..10 would read back.
+    wal.append(&entries(1..3))?;
+    wal.sync()?;
+    drop(wal);
+    let wal = Wal::open(dir.path())?;
+    assert_eq!(wal.read(0, 100)?, entries(1..3));
+    Ok(())
+}

@@ -1,0 +1,106 @@
+//! Purged Raft log segments kept for reuse as new ones, as RocksDB recycles its log files
+//! (`recycle_log_file_num`).
+//!
+//! Why: a new segment's appends allocate blocks as the file grows, and the fdatasync after
+//! each must commit that allocation too; a purge frees a whole segment's blocks, which a
+//! filesystem mounted with `discard` discards while the log's writes wait at the disk. Writing
+//! over blocks a file already holds needs neither. Measured here (pwrite + fdatasync, 2,000
+//! times): 16 KiB appends 0.26 ms p50 growing a file, 0.25 ms into `fallocate`d space (what
+//! etcd's WAL does), 0.15 ms over written blocks; 100 KiB 0.50, 0.46 and 0.25 ms. After a
+//! bulk load, a purge of five segments held the log's fsyncs behind its discards for seconds
+//! (benches/RESULTS.md).
+//!
+//! A purged segment is renamed `<end index, 16 hex digits>.free`, where `end` is one past its
+//! last entry, and joins the pool once that rename is durable. A new segment at `first` takes
+//! a pooled file whose `end <= first` and is renamed to the segment's name: every old record
+//! left in it has an index below `first`, and a record is read back only at the index its
+//! position expects, with a checksum over that index, so old bytes never pass for an entry.
+//! The new name is made durable by the log's next sync, before any of its entries is reported
+//! durable; a crash before that leaves the file under its pool name, where nothing reads it.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The name ending of a pooled file.
+const SUFFIX: &str = ".free";
+
+/// How many purged segments the pool keeps (512 MiB of 64 MiB segments); a purge frees the rest.
+/// A log that never held more segments than this never frees or allocates blocks once warm.
+pub const KEPT: usize = 8;
+
+/// The pooled files of one log directory, by the end index in their name.
+pub struct Pool {
+    dir: PathBuf,
+    free: BTreeMap<u64, PathBuf>,
+}
+
+impl Pool {
+    /// The pool found in `dir`: its `.free` files, the newest [`KEPT`]; older ones and names
+    /// that do not parse are deleted.
+    ///
+    /// # Errors
+    /// When the directory cannot be read or a file deleted.
+    pub fn open(dir: &Path) -> io::Result<Pool> {
+        let mut free = BTreeMap::new();
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            let Some(hex) = name.strip_suffix(SUFFIX) else {
+                continue;
+            };
+            match u64::from_str_radix(hex, 16) {
+                Ok(end) => {
+                    free.insert(end, path);
+                }
+                Err(_) => std::fs::remove_file(&path)?,
+            }
+        }
+        while free.len() > KEPT {
+            if let Some((_, path)) = free.pop_first() {
+                std::fs::remove_file(path)?;
+            }
+        }
+        Ok(Pool {
+            dir: dir.to_path_buf(),
+            free,
+        })
+    }
+
+    /// The pool name of a segment whose entries end before `end`.
+    pub fn path(&self, end: u64) -> PathBuf {
+        self.dir.join(format!("{end:016x}{SUFFIX}"))
+    }
+
+    /// Whether a segment ending before `end` may join the pool beside `pending` others on their
+    /// way to it.
+    pub fn admits(&self, end: u64, pending: usize) -> bool {
+        self.free.len() + pending < KEPT && !self.free.contains_key(&end)
+    }
+
+    /// Adds a file already renamed to [`Pool::path`]`(end)`, durably.
+    pub fn put(&mut self, end: u64, path: PathBuf) {
+        self.free.insert(end, path);
+    }
+
+    /// Takes a file to become a segment whose first entry is `first`: the oldest whose old
+    /// entries all lie below `first`.
+    pub fn take(&mut self, first: u64) -> Option<PathBuf> {
+        let end = *self.free.range(..=first).next()?.0;
+        self.free.remove(&end)
+    }
+
+    /// Deletes the files that could hold entries at or above `from` (the log was truncated
+    /// below them, so such indexes may be written again).
+    ///
+    /// # Errors
+    /// When a file cannot be deleted.
+    pub fn forget_from(&mut self, from: u64) -> io::Result<()> {
+        for (_, path) in self.free.split_off(&from.saturating_add(1)) {
+            std::fs::remove_file(path)?;
+        }
+        Ok(())
+    }
+}
