@@ -14,7 +14,10 @@
 # target/release/concord-bench). KEYS sets the number of values (default 131072; 2097152 is
 # 32 GiB), QUOTA_GIB the quota (default 16). REUSE=1 keeps a work dir loaded by an earlier run
 # with the same KEYS (no load: the restart and the paced phase only), to repeat the phase on a
-# state that takes long to load.
+# state that takes long to load. DEFRAG=1 also defragments the member 4 s into the paced phase
+# (ETCDCTL, default .etcd-ref/bin/etcd-ref/etcdctl) and prints how long it took. LOAD_ONLY=1
+# stops after the load; TRACE=1 records the server's context switches with their stacks over the
+# paced phase (perf, root) into the work dir's perf.data, to read with `perf script`.
 set -euo pipefail
 BIN=$1
 TAG=$2
@@ -44,6 +47,10 @@ if [ -z "${REUSE:-}" ]; then
   sleep 2
   kill $SERVER
   wait $SERVER || true
+  if [ -n "${LOAD_ONLY:-}" ]; then
+    SERVER=
+    exit 0
+  fi
 fi
 start
 # Serving (a large state takes seconds to open) before the page cache goes and the clock starts.
@@ -56,6 +63,12 @@ if [ -z "${WARM:-}" ]; then
   sync
   echo 3 > /proc/sys/vm/drop_caches
 fi
+if [ -n "${TRACE:-}" ]; then
+  perf record -e sched:sched_switch --call-graph dwarf,8192 -p $SERVER -o "$D/perf.data" \
+    > "$D/perf.out" 2>&1 &
+  PERF=$!
+  sleep 1
+fi
 paced() {
   "$BENCH" "$1" --endpoints $EP --clients 8 --conns 4 --rate 1000 --duration 12s \
     --value-size 16384 --key-space "$KEYS" --json --slow-ms "${SLOW_MS:-50}" "${@:2}" \
@@ -65,8 +78,19 @@ paced put &
 PUT=$!
 paced range --no-prefill &
 RANGE=$!
+if [ -n "${DEFRAG:-}" ]; then
+  sleep 4
+  DEFRAG_START=$(date +%s.%N)
+  "${ETCDCTL:-.etcd-ref/bin/etcd-ref/etcdctl}" --endpoints $EP --command-timeout 600s defrag \
+    > "$D/defrag.out" 2>&1
+  echo "defrag: $(awk "BEGIN { print $(date +%s.%N) - $DEFRAG_START }") s, from 4 s into the phase"
+fi
 wait $PUT
 wait $RANGE
+if [ -n "${TRACE:-}" ]; then
+  kill -INT $PERF
+  wait $PERF || true
+fi
 kill $SERVER
 wait $SERVER || true
 SERVER=

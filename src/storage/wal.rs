@@ -110,13 +110,14 @@ fn parse_header(h: &[u8; HEADER]) -> (u64, u32, u64) {
     (word(0..4), word(4..8) as u32, word(8..16))
 }
 
-/// Whether the bytes at `at`, where a segment's records stop, are an old record of a
-/// recycled file (its index lies below the segment's `first`) rather than a torn write.
-fn recycled_tail(file: &File, at: u64, first: u64) -> io::Result<bool> {
+/// Whether the bytes at `at`, where a segment's records stop, begin a record of the index
+/// that comes next or a header cut short (a write of ours a crash tore), rather than anything
+/// else: what a recycled file held before, or a header the crash tore too.
+fn torn_next_record(file: &File, at: u64, next: u64) -> io::Result<bool> {
     let mut h = [0u8; HEADER];
     match file.read_exact_at(&mut h, at) {
-        Ok(()) => Ok(parse_header(&h).2 < first),
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
+        Ok(()) => Ok(parse_header(&h).2 == next),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(true),
         Err(e) => Err(e),
     }
 }
@@ -233,10 +234,11 @@ impl Wal {
                     path.display()
                 )));
             }
-            if recycled_tail(&file, at, first)? {
-                tracing::debug!(path = %path.display(), offset = at, "the last Raft log segment's records end where its recycled file's old ones begin");
-            } else {
+            let next = first.saturating_add(offsets.len() as u64);
+            if torn_next_record(&file, at, next)? {
                 tracing::warn!(path = %path.display(), offset = at, "cutting a torn Raft log tail: {what}");
+            } else {
+                tracing::info!(path = %path.display(), offset = at, "the last Raft log segment's records end here; cutting the bytes after them (a recycled file's old records, or a write a crash tore)");
             }
             file.set_len(at)?;
             file.sync_data()?;
