@@ -41,8 +41,6 @@ struct Segment {
     offsets: Vec<u64>,
     /// Bytes of whole records (where the next one goes).
     len: u64,
-    /// The file's length: past `len` when a recycled file still holds old records there.
-    size: u64,
 }
 
 impl Segment {
@@ -249,7 +247,6 @@ impl Wal {
             first,
             offsets,
             len: at,
-            size: at,
         })
     }
 
@@ -299,7 +296,6 @@ impl Wal {
             }
             segment.file.write_all_at(&buf, segment.len)?;
             segment.len += buf.len() as u64;
-            segment.size = segment.size.max(segment.len);
             segment.offsets.extend(offsets);
         }
         Ok(())
@@ -326,18 +322,22 @@ impl Wal {
                     last.end()
                 )));
             }
-            // A recycled file's old records past the new ones go: only the last segment may
-            // end in bytes that are not records.
-            if last.size > last.len {
+            // A recycled file's old records past the new ones go (or a failed write's bytes):
+            // only the last segment may end in bytes that are not records.
+            if last.file.metadata()?.len() > last.len {
                 last.file.set_len(last.len)?;
-                last.size = last.len;
             }
             last.file.sync_data()?;
         }
         let path = segment_path(&self.dir, first);
         let recycled = match inner.pool.take(first) {
             Some(free) => match std::fs::rename(&free, &path) {
-                Ok(()) => true,
+                // Durable before anything is written over the old records: a crash must never
+                // bring the file back under its pool name holding indexes past that name's end.
+                Ok(()) => {
+                    sync_dir(&self.dir)?;
+                    true
+                }
                 Err(e) => {
                     tracing::warn!(path = %free.display(), error = %e, "reusing a purged Raft log segment");
                     false
@@ -351,7 +351,6 @@ impl Wal {
             .create(true)
             .truncate(!recycled)
             .open(&path)?;
-        let size = file.metadata()?.len();
         inner.segments.insert(
             first,
             Segment {
@@ -360,7 +359,6 @@ impl Wal {
                 first,
                 offsets: Vec::new(),
                 len: 0,
-                size,
             },
         );
         inner.dir_changed = true;
@@ -501,7 +499,6 @@ impl Wal {
                 s.file.set_len(cut)?;
                 s.file.sync_data()?;
                 s.len = cut;
-                s.size = cut;
                 s.offsets.truncate((from - s.first) as usize);
             }
         }

@@ -15,8 +15,9 @@
 //! a pooled file whose `end <= first` and is renamed to the segment's name: every old record
 //! left in it has an index below `first`, and a record is read back only at the index its
 //! position expects, with a checksum over that index, so old bytes never pass for an entry.
-//! The new name is made durable by the log's next sync, before any of its entries is reported
-//! durable; a crash before that leaves the file under its pool name, where nothing reads it.
+//! The new name is made durable before anything is written over the old records: otherwise a
+//! crash could bring the file back under its pool name holding newer entries than that name
+//! says, and a later reuse could leave some of them after its own, where they would read back.
 
 use std::collections::BTreeMap;
 use std::io;
