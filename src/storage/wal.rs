@@ -108,18 +108,6 @@ fn parse_header(h: &[u8; HEADER]) -> (u64, u32, u64) {
     (word(0..4), word(4..8) as u32, word(8..16))
 }
 
-/// Whether the bytes at `at`, where a segment's records stop, begin a record of the index
-/// that comes next or a header cut short (a write of ours a crash tore), rather than anything
-/// else: what a recycled file held before, or a header the crash tore too.
-fn torn_next_record(file: &File, at: u64, next: u64) -> io::Result<bool> {
-    let mut h = [0u8; HEADER];
-    match file.read_exact_at(&mut h, at) {
-        Ok(()) => Ok(parse_header(&h).2 == next),
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(true),
-        Err(e) => Err(e),
-    }
-}
-
 impl Wal {
     /// Opens (or creates) the log in `dir`, indexing its segments and cutting a torn tail.
     ///
@@ -199,24 +187,30 @@ impl Wal {
         let mut reader = BufReader::with_capacity(256 << 10, &file);
         let (mut offsets, mut at) = (Vec::new(), 0u64);
         let mut payload = Vec::new();
+        // Where the records stop: what is there, and whether it is a write of ours a crash tore
+        // (a header cut short, or the next index's record) rather than other bytes (a recycled
+        // file's old records, or a header the crash tore too).
         let torn = loop {
             if at == size {
                 break None;
             }
             let mut h = [0u8; HEADER];
             if size - at < HEADER as u64 || reader.read_exact(&mut h).is_err() {
-                break Some("a torn record header");
+                break Some(("a torn record header", true));
             }
             let (len, sum, index) = parse_header(&h);
             // A segment's indexes must stay below u64::MAX (a damaged name could say otherwise).
             let expected = first.checked_add(offsets.len() as u64 + 1).map(|e| e - 1);
-            if expected != Some(index) || size - at - (HEADER as u64) < len {
-                break Some("a record out of place or cut short");
+            if expected != Some(index) {
+                break Some(("a record out of place", false));
+            }
+            if size - at - (HEADER as u64) < len {
+                break Some(("a record cut short", true));
             }
             if last {
                 payload.resize(len as usize, 0);
                 if reader.read_exact(&mut payload).is_err() || checksum(index, &payload) != sum {
-                    break Some("a record whose checksum does not match");
+                    break Some(("a record whose checksum does not match", true));
                 }
             } else {
                 reader.seek_relative(len as i64)?;
@@ -225,15 +219,14 @@ impl Wal {
             at += HEADER as u64 + len;
         };
         drop(reader);
-        if let Some(what) = torn {
+        if let Some((what, ours)) = torn {
             if !last {
                 return Err(corrupt(format!(
                     "Raft log segment {} has {what} at offset {at}",
                     path.display()
                 )));
             }
-            let next = first.saturating_add(offsets.len() as u64);
-            if torn_next_record(&file, at, next)? {
+            if ours {
                 tracing::warn!(path = %path.display(), offset = at, "cutting a torn Raft log tail: {what}");
             } else {
                 tracing::info!(path = %path.display(), offset = at, "the last Raft log segment's records end here; cutting the bytes after them (a recycled file's old records, or a write a crash tore)");

@@ -11,7 +11,7 @@ use crate::storage::release;
 impl Wal {
     /// Removes the segments whose entries all lie at or below `upto`. Returns how many entries
     /// went. Under the log's lock, each is renamed into the pool of files new segments reuse
-    /// ([`recycle`]) if the pool has room and no reader holds it, or else its name is removed;
+    /// ([`super::recycle`]) if the pool has room and no reader holds it, or else its name is removed;
     /// after the lock, the directory is synced, the renamed files join the pool and the removed
     /// files' blocks are freed, a step at a time (about a quarter of a second per full
     /// segment), on the caller's thread.

@@ -30,6 +30,11 @@ const SUFFIX: &str = ".free";
 /// A log that never held more segments than this never frees or allocates blocks once warm.
 pub const KEPT: usize = 8;
 
+/// The pool name, in log directory `dir`, of a segment whose entries end before `end`.
+pub fn pool_path(dir: &Path, end: u64) -> PathBuf {
+    dir.join(format!("{end:016x}{SUFFIX}"))
+}
+
 /// The pooled files of one log directory, by the end index in their name.
 pub struct Pool {
     dir: PathBuf,
@@ -72,7 +77,7 @@ impl Pool {
 
     /// The pool name of a segment whose entries end before `end`.
     pub fn path(&self, end: u64) -> PathBuf {
-        self.dir.join(format!("{end:016x}{SUFFIX}"))
+        pool_path(&self.dir, end)
     }
 
     /// Whether a segment ending before `end` may join the pool beside `pending` others on their

@@ -13,14 +13,23 @@ fn entries(range: std::ops::Range<u64>) -> Vec<(u64, Vec<u8>)> {
         .collect()
 }
 
-fn segment_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
+/// The files in `dir` whose names end in `.<extension>`, sorted.
+fn files_ending(dir: &Path, extension: &str) -> io::Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .filter(|p| p.extension().is_some_and(|e| e == extension))
         .collect();
     files.sort();
     Ok(files)
+}
+
+fn segment_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    files_ending(dir, "seg")
+}
+
+fn pool_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    files_ending(dir, "free")
 }
 
 /// A log in a new directory holding `range`'s entries, synced and closed.
@@ -175,16 +184,6 @@ fn an_empty_segment_left_by_a_crash_is_removed_and_never_blocks_appends() -> io:
     Ok(())
 }
 
-fn pool_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "free"))
-        .collect();
-    files.sort();
-    Ok(files)
-}
-
 fn inode(path: &Path) -> io::Result<u64> {
     use std::os::unix::fs::MetadataExt;
     Ok(std::fs::metadata(path)?.ino())
@@ -263,7 +262,7 @@ fn a_pooled_file_that_may_hold_the_indexes_to_come_is_never_reused() -> io::Resu
     let dir = tempfile::tempdir()?;
     std::fs::copy(
         segment_path(old.path(), 1),
-        dir.path().join(format!("{:016x}.free", 10)),
+        recycle::pool_path(dir.path(), 10),
     )?;
     let wal = Wal::open(dir.path())?;
     // The same entries 1 and 2 again: written over that file, its 3..10 would read back.
