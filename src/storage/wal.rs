@@ -470,6 +470,9 @@ impl Wal {
     /// # Errors
     /// On an I/O failure.
     pub fn truncate(&self, from: u64) -> io::Result<()> {
+        // Waits out the reads under way; later ones wait for the cut (lock order: this, then
+        // `inner`, as in a read).
+        let _no_reads = self.truncating.write().unwrap_or_else(|p| p.into_inner());
         let mut inner = self.inner();
         inner.truncations += 1;
         self.synced_end
@@ -522,9 +525,10 @@ impl Wal {
         None
     }
 
-    /// Bytes of the segment files.
+    /// Bytes of the segment files and of the pooled ones waiting to be reused.
     pub fn disk_space(&self) -> u64 {
-        self.inner().segments.values().map(|s| s.len).sum()
+        let inner = self.inner();
+        inner.segments.values().map(|s| s.len).sum::<u64>() + inner.pool.bytes()
     }
 
     /// Deletes every segment, durably (a new log begins; used when an older data dir's log is

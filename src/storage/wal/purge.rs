@@ -42,11 +42,13 @@ impl Wal {
             // that took it before reads it whole (and the file is freed when it is done).
             if Arc::strong_count(&s.file) == 1 && inner.pool.admits(end, pooled.len()) {
                 let to = inner.pool.path(end);
+                // The whole file: a reused one can hold old bytes past its records.
+                let len = s.file.metadata().map_or(s.len, |m| m.len());
                 if let Err(e) = std::fs::rename(&s.path, &to) {
                     failed = Some(e);
                     break;
                 }
-                pooled.push((end, to));
+                pooled.push((end, to, len));
             } else {
                 if let Err(e) = std::fs::remove_file(&s.path) {
                     failed = Some(e);
@@ -71,8 +73,8 @@ impl Wal {
         };
         if synced && !pooled.is_empty() {
             let mut inner = self.inner();
-            for (end, path) in pooled {
-                inner.pool.put(end, path);
+            for (end, path, len) in pooled {
+                inner.pool.put(end, path, len);
             }
         }
         for s in unlinked

@@ -38,7 +38,8 @@ pub fn pool_path(dir: &Path, end: u64) -> PathBuf {
 /// The pooled files of one log directory, by the end index in their name.
 pub struct Pool {
     dir: PathBuf,
-    free: BTreeMap<u64, PathBuf>,
+    /// Each file's path and length.
+    free: BTreeMap<u64, (PathBuf, u64)>,
 }
 
 impl Pool {
@@ -59,13 +60,14 @@ impl Pool {
             };
             match u64::from_str_radix(hex, 16) {
                 Ok(end) => {
-                    free.insert(end, path);
+                    let len = std::fs::metadata(&path)?.len();
+                    free.insert(end, (path, len));
                 }
                 Err(_) => std::fs::remove_file(&path)?,
             }
         }
         while free.len() > KEPT {
-            if let Some((_, path)) = free.pop_first() {
+            if let Some((_, (path, _))) = free.pop_first() {
                 std::fs::remove_file(path)?;
             }
         }
@@ -86,16 +88,21 @@ impl Pool {
         self.free.len() + pending < KEPT && !self.free.contains_key(&end)
     }
 
-    /// Adds a file already renamed to [`Pool::path`]`(end)`, durably.
-    pub fn put(&mut self, end: u64, path: PathBuf) {
-        self.free.insert(end, path);
+    /// Adds a file of `len` bytes already renamed to [`Pool::path`]`(end)`, durably.
+    pub fn put(&mut self, end: u64, path: PathBuf, len: u64) {
+        self.free.insert(end, (path, len));
+    }
+
+    /// Bytes of the pooled files (on disk, part of the data dir's size).
+    pub fn bytes(&self) -> u64 {
+        self.free.values().map(|(_, len)| len).sum()
     }
 
     /// Takes a file to become a segment whose first entry is `first`: the oldest whose old
     /// entries all lie below `first`.
     pub fn take(&mut self, first: u64) -> Option<PathBuf> {
         let end = *self.free.range(..=first).next()?.0;
-        self.free.remove(&end)
+        self.free.remove(&end).map(|(path, _)| path)
     }
 
     /// Deletes the files that could hold entries at or above `from` (the log was truncated
@@ -104,7 +111,7 @@ impl Pool {
     /// # Errors
     /// When a file cannot be deleted.
     pub fn forget_from(&mut self, from: u64) -> io::Result<()> {
-        for (_, path) in self.free.split_off(&from.saturating_add(1)) {
+        for (_, (path, _)) in self.free.split_off(&from.saturating_add(1)) {
             std::fs::remove_file(path)?;
         }
         Ok(())

@@ -32,6 +32,15 @@ fn pool_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
     files_ending(dir, "free")
 }
 
+/// Bytes of every file in `dir`.
+fn dir_bytes(dir: &Path) -> io::Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir)? {
+        total += entry?.metadata()?.len();
+    }
+    Ok(total)
+}
+
 /// A log in a new directory holding `range`'s entries, synced and closed.
 fn written(range: std::ops::Range<u64>, segment_bytes: u64) -> io::Result<tempfile::TempDir> {
     let dir = tempfile::tempdir()?;
@@ -240,10 +249,13 @@ fn a_truncation_below_pooled_files_deletes_them() -> io::Result<()> {
     wal.sync()?;
     wal.purge(20)?;
     assert!(!pool_files(dir.path())?.is_empty());
+    // The pooled files count in the log's size.
+    assert_eq!(wal.disk_space(), dir_bytes(dir.path())?);
     drop(wal);
     // The pool survives a restart.
     let wal = Wal::open_with(dir.path(), 150)?;
     assert!(!pool_files(dir.path())?.is_empty());
+    assert_eq!(wal.disk_space(), dir_bytes(dir.path())?);
     // The same indexes again: no pooled file may hold them.
     wal.clear()?;
     assert!(pool_files(dir.path())?.is_empty());
@@ -271,5 +283,45 @@ fn a_pooled_file_that_may_hold_the_indexes_to_come_is_never_reused() -> io::Resu
     drop(wal);
     let wal = Wal::open(dir.path())?;
     assert_eq!(wal.read(0, 100)?, entries(1..3));
+    Ok(())
+}
+
+#[test]
+fn a_read_never_sees_a_truncation_half_done() -> io::Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir()?;
+    let wal = Arc::new(Wal::open_with(dir.path(), 1 << 20)?);
+    // Two versions of entries 20..40, of different lengths, written over each other.
+    let version = |v: u8| -> Vec<(u64, Vec<u8>)> {
+        (20..40)
+            .map(|i| (i, vec![v; 1 + 300 * usize::from(v - 1) + (i as usize % 5)]))
+            .collect()
+    };
+    wal.append(&entries(1..20))?;
+    wal.append(&version(1))?;
+    let done = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (wal, done) = (Arc::clone(&wal), Arc::clone(&done));
+        std::thread::spawn(move || -> io::Result<usize> {
+            let mut reads = 0;
+            while !done.load(Ordering::Relaxed) {
+                for (index, payload) in wal.read(20, 40)? {
+                    let v = payload.first().copied().unwrap_or(0);
+                    assert!(v == 1 || v == 2, "entry {index}: {payload:?}");
+                }
+                reads += 1;
+            }
+            Ok(reads)
+        })
+    };
+    for round in 0..300u32 {
+        wal.truncate(20)?;
+        wal.append(&version(1 + (round % 2) as u8))?;
+    }
+    done.store(true, Ordering::Relaxed);
+    let reads = reader
+        .join()
+        .map_err(|_| io::Error::other("reader panicked"))??;
+    assert!(reads > 0);
     Ok(())
 }
