@@ -41,6 +41,11 @@ struct Segment {
     offsets: Vec<u64>,
     /// Bytes of whole records (where the next one goes).
     len: u64,
+    /// A recycled file's length and block size while its old bytes lie past the records: an
+    /// append ending inside them is padded to the end of its block, since writing part of an
+    /// uncached block makes the kernel read the block first (a disk read on every append,
+    /// behind whatever reads the disk is serving).
+    old: Option<(u64, u64)>,
 }
 
 impl Segment {
@@ -229,7 +234,7 @@ impl Wal {
             if ours {
                 tracing::warn!(path = %path.display(), offset = at, "cutting a torn Raft log tail: {what}");
             } else {
-                tracing::info!(path = %path.display(), offset = at, "the last Raft log segment's records end here; cutting the bytes after them (a recycled file's old records, or a write a crash tore)");
+                tracing::info!(path = %path.display(), offset = at, "the last Raft log segment's records end here; cutting the bytes after them (a recycled file's old records or padding, or a write a crash tore)");
             }
             file.set_len(at)?;
             file.sync_data()?;
@@ -240,6 +245,7 @@ impl Wal {
             first,
             offsets,
             len: at,
+            old: None,
         })
     }
 
@@ -287,8 +293,17 @@ impl Wal {
                 buf.extend_from_slice(payload);
                 i += 1;
             }
+            let end = segment.len + buf.len() as u64;
+            if let Some((old_len, block)) = segment.old {
+                if end < old_len {
+                    let padded = end.next_multiple_of(block).min(old_len);
+                    buf.resize(buf.len() + (padded - end) as usize, 0);
+                } else {
+                    segment.old = None;
+                }
+            }
             segment.file.write_all_at(&buf, segment.len)?;
-            segment.len += buf.len() as u64;
+            segment.len = end;
             segment.offsets.extend(offsets);
         }
         Ok(())
@@ -344,6 +359,13 @@ impl Wal {
             .create(true)
             .truncate(!recycled)
             .open(&path)?;
+        let old = if recycled {
+            use std::os::unix::fs::MetadataExt;
+            let meta = file.metadata()?;
+            Some((meta.len(), meta.blksize().max(512)))
+        } else {
+            None
+        };
         inner.segments.insert(
             first,
             Segment {
@@ -352,6 +374,7 @@ impl Wal {
                 first,
                 offsets: Vec::new(),
                 len: 0,
+                old,
             },
         );
         inner.dir_changed = true;

@@ -18,6 +18,11 @@
 //! The new name is made durable before anything is written over the old records: otherwise a
 //! crash could bring the file back under its pool name holding newer entries than that name
 //! says, and a later reuse could leave some of them after its own, where they would read back.
+//!
+//! An append into a reused file is padded with zeros to the end of its last block: writing
+//! part of a block that is not in the page cache makes the kernel read it from the disk first,
+//! and after a restart (or once memory is short) every append would wait for such a read
+//! behind whatever reads the disk was serving (`benches/large/partial_block_writes.py`).
 
 use std::collections::BTreeMap;
 use std::io;

@@ -325,3 +325,42 @@ fn a_read_never_sees_a_truncation_half_done() -> io::Result<()> {
     assert!(reads > 0);
     Ok(())
 }
+
+#[test]
+fn appends_over_a_recycled_file_end_on_a_block_boundary() -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir()?;
+    let wal = Wal::open_with(dir.path(), 3 * 4096)?;
+    let long: Vec<_> = (1..40).map(|i| (i, vec![0xAB; 1000])).collect();
+    wal.append(&long)?;
+    wal.sync()?;
+    assert!(wal.purge(20)? > 0);
+    // One short entry after a gap: a pooled file becomes the segment.
+    wal.append(&entries(100..101))?;
+    let (path, len) = {
+        let inner = wal.inner();
+        let s = inner
+            .segments
+            .values()
+            .next_back()
+            .ok_or(io::ErrorKind::NotFound)?;
+        assert!(s.old.is_some(), "the segment is a recycled file");
+        (s.path.clone(), s.len)
+    };
+    let meta = std::fs::metadata(&path)?;
+    let bytes = std::fs::read(&path)?;
+    let boundary = usize::try_from(len.next_multiple_of(meta.blksize()))
+        .map_err(io::Error::other)?
+        .min(bytes.len());
+    let len = usize::try_from(len).map_err(io::Error::other)?;
+    // Zeros from the records' end to their block's end, the old bytes after it.
+    assert!(bytes[len..boundary].iter().all(|b| *b == 0));
+    assert!(bytes[boundary..].contains(&0xAB));
+    wal.append(&entries(101..110))?;
+    wal.sync()?;
+    assert_eq!(wal.read(100, 110)?, entries(100..110));
+    drop(wal);
+    let wal = Wal::open_with(dir.path(), 3 * 4096)?;
+    assert_eq!(wal.read(100, 110)?, entries(100..110));
+    Ok(())
+}
