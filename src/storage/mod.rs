@@ -47,8 +47,9 @@ pub use view::View;
 /// refused, an older one is upgraded at open. 2: the Raft log's entries in `wal/` (1 kept them in
 /// the `raft_log` keyspace; a binary of format 1 refuses a dir of format 2, rather than take its
 /// empty `raft_log` for an empty log). 3: the `index` keyspace (a binary of format 2 would write
-/// records without their index entries).
-pub const FORMAT_VERSION: u32 = 3;
+/// records without their index entries). 4: Raft log segments named with a salt their checksums
+/// cover (a binary of format 3 refuses to open such a log: it does not know the names).
+pub const FORMAT_VERSION: u32 = 4;
 
 /// Keys of the `meta` keyspace.
 pub mod meta_key {
@@ -277,8 +278,9 @@ impl Storage {
         };
         match found {
             Some(FORMAT_VERSION) => {}
-            // Format 2 lacks only `index`, which the MVCC layer builds when its marker is absent.
-            None | Some(1) | Some(2) => {
+            // Format 2 lacks only `index`, which the MVCC layer builds when its marker is absent;
+            // format 3's segments, named without salts, are read as they are.
+            None | Some(1) | Some(2) | Some(3) => {
                 if found == Some(1) {
                     storage.move_log_to_wal()?;
                 }

@@ -2,9 +2,13 @@
 //! written once, where an LSM tree wrote it to its journal and again to its tables when its
 //! memtable was flushed (and large values, 100 KiB say, dominate what a member writes).
 //!
-//! - `wal/<first index, 16 hex digits>.seg`: the entries from that index on, each a record
-//!   `[payload length: u32 LE][CRC-32C of index and payload: u32 LE][index: u64 LE][payload]`,
-//!   indexes consecutive within a segment. The last segment takes appends; past
+//! - `wal/<first index, 16 hex digits>-<salt, 16 hex digits>.seg`: the entries from that index
+//!   on, each a record `[payload length: u32 LE][CRC-32C of salt, index and payload: u32 LE]
+//!   [index: u64 LE][payload]`, indexes consecutive within a segment. The salt is random, new
+//!   with every segment and never written inside a file, so no bytes a file held before it
+//!   took this name (a reused file's old records, values written to them by clients) can pass
+//!   for one of its records. Segments named `<first index>.seg` (written before salts) are
+//!   read with the checksum over index and payload alone. The last segment takes appends; past
 //!   [`SEGMENT_BYTES`] it is synced and a new one begins. An append after a gap (the log was
 //!   purged past its end to a snapshot) begins a new segment too.
 //! - Appends are readable at once and durable after [`Wal::sync`] (the caller groups many
@@ -37,6 +41,8 @@ struct Segment {
     file: Arc<File>,
     path: PathBuf,
     first: u64,
+    /// The salt in its name (0 for a segment named without one).
+    salt: u64,
     /// Where each entry's record begins.
     offsets: Vec<u64>,
     /// Bytes of whole records (where the next one goes).
@@ -91,12 +97,40 @@ fn corrupt(what: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what)
 }
 
-fn checksum(index: u64, payload: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(&index.to_le_bytes()), payload)
+/// A record's checksum in a segment named with `salt` (0: named without one).
+fn checksum(salt: u64, index: u64, payload: &[u8]) -> u32 {
+    let seed = if salt == 0 {
+        crc32c::crc32c(&index.to_le_bytes())
+    } else {
+        crc32c::crc32c_append(crc32c::crc32c(&salt.to_le_bytes()), &index.to_le_bytes())
+    };
+    crc32c::crc32c_append(seed, payload)
 }
 
-fn segment_path(dir: &Path, first: u64) -> PathBuf {
-    dir.join(format!("{first:016x}{SUFFIX}"))
+fn segment_path(dir: &Path, first: u64, salt: u64) -> PathBuf {
+    if salt == 0 {
+        dir.join(format!("{first:016x}{SUFFIX}"))
+    } else {
+        dir.join(format!("{first:016x}-{salt:016x}{SUFFIX}"))
+    }
+}
+
+/// A new segment's salt: random, never 0.
+fn new_salt() -> u64 {
+    rand::random::<u64>() | 1
+}
+
+/// The first index and salt a segment's file name gives, if it names a segment.
+fn parse_segment_name(name: &str) -> Option<io::Result<(u64, u64)>> {
+    let stem = name.strip_suffix(SUFFIX)?;
+    let (first, salt) = stem.split_once('-').unwrap_or((stem, ""));
+    let hex = |h: &str| u64::from_str_radix(h, 16);
+    let parsed = match (hex(first), salt) {
+        (Ok(first), "") => Ok((first, 0)),
+        (Ok(first), salt) => hex(salt).map(|salt| (first, salt)),
+        (Err(e), _) => Err(e),
+    };
+    Some(parsed.map_err(|_| corrupt(format!("unexpected file {name} in the Raft log"))))
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -129,21 +163,22 @@ impl Wal {
                 sync_dir(parent)?;
             }
         }
-        let mut firsts = Vec::new();
+        let mut names = Vec::new();
         for entry in std::fs::read_dir(dir)? {
             let name = entry?.file_name().to_string_lossy().into_owned();
-            if let Some(hex) = name.strip_suffix(SUFFIX) {
-                let first = u64::from_str_radix(hex, 16)
-                    .map_err(|_| corrupt(format!("unexpected file {name} in the Raft log")))?;
-                firsts.push(first);
+            if let Some(parsed) = parse_segment_name(&name) {
+                names.push(parsed?);
             }
         }
-        firsts.sort_unstable();
+        names.sort_unstable();
+        if names.windows(2).any(|w| w[0].0 == w[1].0) {
+            return Err(corrupt("two Raft log segments begin at one index".into()));
+        }
         let mut segments = BTreeMap::new();
-        let count = firsts.len();
+        let count = names.len();
         let mut removed_empty = false;
-        for (n, first) in firsts.into_iter().enumerate() {
-            let segment = Self::index_segment(dir, first, n + 1 == count)?;
+        for (n, (first, salt)) in names.into_iter().enumerate() {
+            let segment = Self::index_segment(dir, first, salt, n + 1 == count)?;
             if segment.offsets.is_empty() {
                 // Created and never written (a crash right after a roll): nothing to keep, and
                 // it would stand in the way of appends below its index.
@@ -182,8 +217,8 @@ impl Wal {
 
     /// Reads segment `first`'s record headers; the `last` segment's records whole, cut after
     /// the last intact one.
-    fn index_segment(dir: &Path, first: u64, last: bool) -> io::Result<Segment> {
-        let path = segment_path(dir, first);
+    fn index_segment(dir: &Path, first: u64, salt: u64, last: bool) -> io::Result<Segment> {
+        let path = segment_path(dir, first, salt);
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -214,7 +249,9 @@ impl Wal {
             }
             if last {
                 payload.resize(len as usize, 0);
-                if reader.read_exact(&mut payload).is_err() || checksum(index, &payload) != sum {
+                if reader.read_exact(&mut payload).is_err()
+                    || checksum(salt, index, &payload) != sum
+                {
                     break Some(("a record whose checksum does not match", true));
                 }
             } else {
@@ -243,6 +280,7 @@ impl Wal {
             file: Arc::new(file),
             path,
             first,
+            salt,
             offsets,
             len: at,
             old: None,
@@ -288,7 +326,7 @@ impl Wal {
                     .map_err(|_| io::Error::other("Raft log entry over 4 GiB"))?;
                 offsets.push(segment.len + buf.len() as u64);
                 buf.extend_from_slice(&len.to_le_bytes());
-                buf.extend_from_slice(&checksum(*index, payload).to_le_bytes());
+                buf.extend_from_slice(&checksum(segment.salt, *index, payload).to_le_bytes());
                 buf.extend_from_slice(&index.to_le_bytes());
                 buf.extend_from_slice(payload);
                 i += 1;
@@ -337,7 +375,8 @@ impl Wal {
             }
             last.file.sync_data()?;
         }
-        let path = segment_path(&self.dir, first);
+        let salt = new_salt();
+        let path = segment_path(&self.dir, first, salt);
         let recycled = match inner.pool.take(first) {
             Some(free) => match std::fs::rename(&free, &path) {
                 // Durable before anything is written over the old records: a crash must never
@@ -372,6 +411,7 @@ impl Wal {
                 file: Arc::new(file),
                 path,
                 first,
+                salt,
                 offsets: Vec::new(),
                 len: 0,
                 old,
@@ -440,11 +480,11 @@ impl Wal {
                 let (begin, _) = s.span(lo).ok_or_else(|| io::Error::other("index"))?;
                 let (last_start, last_len) =
                     s.span(hi - 1).ok_or_else(|| io::Error::other("index"))?;
-                spans.push((s.file.clone(), lo, begin, last_start + last_len));
+                spans.push((s.file.clone(), s.salt, lo, begin, last_start + last_len));
             }
         }
         let mut out = Vec::new();
-        for (file, mut index, begin, end) in spans {
+        for (file, salt, mut index, begin, end) in spans {
             let mut bytes = vec![0u8; usize::try_from(end - begin).map_err(io::Error::other)?];
             file.read_exact_at(&mut bytes, begin)?;
             let mut rest = &bytes[..];
@@ -457,7 +497,7 @@ impl Wal {
                 let payload = rest
                     .get(HEADER..HEADER + len as usize)
                     .ok_or_else(|| corrupt(format!("Raft log entry {index} cut short")))?;
-                if found != index || checksum(index, payload) != sum {
+                if found != index || checksum(salt, index, payload) != sum {
                     return Err(corrupt(format!("Raft log entry {index} is corrupt")));
                 }
                 out.push((index, payload.to_vec()));

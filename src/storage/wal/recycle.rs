@@ -12,9 +12,11 @@
 //!
 //! A purged segment is renamed `<end index, 16 hex digits>.free`, where `end` is one past its
 //! last entry, and joins the pool once that rename is durable. A new segment at `first` takes
-//! a pooled file whose `end <= first` and is renamed to the segment's name: every old record
-//! left in it has an index below `first`, and a record is read back only at the index its
-//! position expects, with a checksum over that index, so old bytes never pass for an entry.
+//! a pooled file whose `end <= first` and is renamed to the segment's name, with a new random
+//! salt: a record is read back only at the index its position expects, with a checksum over
+//! the name's salt and that index, so no old bytes pass for an entry, not even records a
+//! client's values forged (they cannot know the salt); and every old record left in the file
+//! has an index below `first` besides.
 //! The new name is made durable before anything is written over the old records: otherwise a
 //! crash could bring the file back under its pool name holding newer entries than that name
 //! says, and a later reuse could leave some of them after its own, where they would read back.

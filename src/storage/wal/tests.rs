@@ -182,7 +182,7 @@ fn a_corrupt_record_is_an_error_not_an_entry() -> io::Result<()> {
 fn an_empty_segment_left_by_a_crash_is_removed_and_never_blocks_appends() -> io::Result<()> {
     let dir = written(1..6, SEGMENT_BYTES)?;
     // A roll to index 100 (after a gap) whose first record never reached the disk.
-    std::fs::File::create(segment_path(dir.path(), 100))?;
+    std::fs::File::create(segment_path(dir.path(), 100, new_salt()))?;
     let wal = Wal::open(dir.path())?;
     assert_eq!(segment_files(dir.path())?.len(), 1);
     assert_eq!(wal.after_gap(), None);
@@ -272,10 +272,9 @@ fn a_pooled_file_that_may_hold_the_indexes_to_come_is_never_reused() -> io::Resu
     // A pooled file holding entries 1..10, as a log cleared and restarted could leave.
     let old = written(1..10, SEGMENT_BYTES)?;
     let dir = tempfile::tempdir()?;
-    std::fs::copy(
-        segment_path(old.path(), 1),
-        recycle::pool_path(dir.path(), 10),
-    )?;
+    let written = segment_files(old.path())?;
+    let segment = written.first().ok_or(io::ErrorKind::NotFound)?;
+    std::fs::copy(segment, recycle::pool_path(dir.path(), 10))?;
     let wal = Wal::open(dir.path())?;
     // The same entries 1 and 2 again: written over that file, its 3..10 would read back.
     wal.append(&entries(1..3))?;
@@ -362,5 +361,56 @@ fn appends_over_a_recycled_file_end_on_a_block_boundary() -> io::Result<()> {
     drop(wal);
     let wal = Wal::open_with(dir.path(), 3 * 4096)?;
     assert_eq!(wal.read(100, 110)?, entries(100..110));
+    Ok(())
+}
+
+/// Records as [`Wal::append`] writes them into a segment named with `salt`.
+fn records(salt: u64, entries: &[(u64, Vec<u8>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (index, payload) in entries {
+        out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        out.extend_from_slice(&checksum(salt, *index, payload).to_le_bytes());
+        out.extend_from_slice(&index.to_le_bytes());
+        out.extend_from_slice(payload);
+    }
+    out
+}
+
+#[test]
+fn records_a_reused_file_held_before_never_pass_for_entries() -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir()?;
+    let block =
+        usize::try_from(std::fs::metadata(dir.path())?.blksize()).map_err(io::Error::other)?;
+    // A pooled file whose old bytes are records of entries 100..103 as they will be written,
+    // as values clients put could hold them: checksums without a salt.
+    let first = vec![7u8; block - HEADER];
+    let forged = [
+        (100, first.clone()),
+        (101, b"forged".to_vec()),
+        (102, b"forged too".to_vec()),
+    ];
+    std::fs::write(recycle::pool_path(dir.path(), 100), records(0, &forged))?;
+    let wal = Wal::open(dir.path())?;
+    // Entry 100 fills the file's first block; a crash comes before 101 is written.
+    wal.append(&[(100, first.clone())])?;
+    wal.sync()?;
+    drop(wal);
+    let wal = Wal::open(dir.path())?;
+    assert_eq!(wal.read(0, 200)?, vec![(100, first)]);
+    Ok(())
+}
+
+#[test]
+fn segments_named_without_a_salt_are_read_and_appended_to() -> io::Result<()> {
+    let dir = tempfile::tempdir()?;
+    std::fs::write(segment_path(dir.path(), 1, 0), records(0, &entries(1..5)))?;
+    let wal = Wal::open(dir.path())?;
+    assert_eq!(wal.read(0, 10)?, entries(1..5));
+    wal.append(&entries(5..8))?;
+    wal.sync()?;
+    drop(wal);
+    let wal = Wal::open(dir.path())?;
+    assert_eq!(wal.read(0, 10)?, entries(1..8));
     Ok(())
 }
