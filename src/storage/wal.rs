@@ -121,16 +121,22 @@ fn new_salt() -> u64 {
 }
 
 /// The first index and salt a segment's file name gives, if it names a segment.
+/// Exactly as [`segment_path`] spells them: 16 lowercase hex digits, then `-` and 16 more for a
+/// salt that is not 0, or nothing.
 fn parse_segment_name(name: &str) -> Option<io::Result<(u64, u64)>> {
     let stem = name.strip_suffix(SUFFIX)?;
-    let (first, salt) = stem.split_once('-').unwrap_or((stem, ""));
-    let hex = |h: &str| u64::from_str_radix(h, 16);
-    let parsed = match (hex(first), salt) {
-        (Ok(first), "") => Ok((first, 0)),
-        (Ok(first), salt) => hex(salt).map(|salt| (first, salt)),
-        (Err(e), _) => Err(e),
+    let hex = |h: &str| {
+        (h.len() == 16
+            && h.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+        .then(|| u64::from_str_radix(h, 16).ok())
+        .flatten()
     };
-    Some(parsed.map_err(|_| corrupt(format!("unexpected file {name} in the Raft log"))))
+    let parsed = match stem.split_once('-') {
+        None => hex(stem).map(|first| (first, 0)),
+        Some((first, salt)) => hex(first).zip(hex(salt)).filter(|(_, salt)| *salt != 0),
+    };
+    Some(parsed.ok_or_else(|| corrupt(format!("unexpected file {name} in the Raft log"))))
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -230,6 +236,8 @@ impl Wal {
         // Where the records stop: what is there, and whether it is a write of ours a crash tore
         // (a header cut short, or the next index's record) rather than other bytes (a recycled
         // file's old records, or a header the crash tore too).
+        // Whether the file begins with a record from before its name (an index below `first`).
+        let mut starts_stale = false;
         let torn = loop {
             if at == size {
                 break None;
@@ -242,6 +250,7 @@ impl Wal {
             // A segment's indexes must stay below u64::MAX (a damaged name could say otherwise).
             let expected = first.checked_add(offsets.len() as u64 + 1).map(|e| e - 1);
             if expected != Some(index) {
+                starts_stale = at == 0 && index < first;
                 break Some(("a record out of place", false));
             }
             if size - at - (HEADER as u64) < len {
@@ -262,6 +271,19 @@ impl Wal {
         };
         drop(reader);
         if let Some((what, ours)) = torn {
+            // A reused file renamed as a segment that no record reached (its old records from
+            // the start), behind a later one a crash brought back too: nothing to keep.
+            if !last && starts_stale {
+                return Ok(Segment {
+                    file: Arc::new(file),
+                    path,
+                    first,
+                    salt,
+                    offsets,
+                    len: 0,
+                    old: None,
+                });
+            }
             if !last {
                 return Err(corrupt(format!(
                     "Raft log segment {} has {what} at offset {at}",
@@ -302,8 +324,10 @@ impl Wal {
         let mut i = 0;
         while i < entries.len() {
             let first = entries[i].0;
+            // A segment named without a salt (format 3) takes no more records: its file may have
+            // been reused with old bytes no salt sets apart.
             let fits = inner.segments.last_key_value().and_then(|(_, s)| {
-                (s.end() == first && s.len < self.segment_bytes).then_some(s.first)
+                (s.end() == first && s.len < self.segment_bytes && s.salt != 0).then_some(s.first)
             });
             let key = match fits {
                 Some(key) => key,
@@ -401,7 +425,9 @@ impl Wal {
         let old = if recycled {
             use std::os::unix::fs::MetadataExt;
             let meta = file.metadata()?;
-            Some((meta.len(), meta.blksize().max(512)))
+            // Padding beyond 64 KiB would cost more than the read it saves (some network file
+            // systems report blocks of megabytes).
+            Some((meta.len(), meta.blksize().clamp(512, 64 << 10)))
         } else {
             None
         };
@@ -549,8 +575,11 @@ impl Wal {
             .rev()
             .collect();
         for key in doomed {
-            if let Some(s) = inner.segments.remove(&key) {
+            // Out of the map only once its file is gone: a file left behind on an error must
+            // not sit beside a new segment at the same index.
+            if let Some(s) = inner.segments.get(&key) {
                 std::fs::remove_file(&s.path)?;
+                inner.segments.remove(&key);
             }
         }
         if let Some((_, s)) = inner.segments.range_mut(..from).next_back() {
@@ -558,6 +587,7 @@ impl Wal {
                 s.file.set_len(cut)?;
                 s.file.sync_data()?;
                 s.len = cut;
+                s.old = None;
                 s.offsets.truncate((from - s.first) as usize);
             }
         }
@@ -591,7 +621,12 @@ impl Wal {
     /// Bytes of the segment files and of the pooled ones waiting to be reused.
     pub fn disk_space(&self) -> u64 {
         let inner = self.inner();
-        inner.segments.values().map(|s| s.len).sum::<u64>() + inner.pool.bytes()
+        let segments: u64 = inner
+            .segments
+            .values()
+            .map(|s| s.old.map_or(s.len, |(old_len, _)| old_len.max(s.len)))
+            .sum();
+        segments + inner.pool.bytes()
     }
 
     /// Deletes every segment, durably (a new log begins; used when an older data dir's log is

@@ -202,9 +202,10 @@ fn inode(path: &Path) -> io::Result<u64> {
 fn purged_segments_are_written_over_as_new_ones_and_their_old_records_never_read() -> io::Result<()>
 {
     let dir = tempfile::tempdir()?;
-    let wal = Wal::open_with(dir.path(), 300)?;
+    // Segments of several blocks, so old records outlive the padding of the first append.
+    let wal = Wal::open_with(dir.path(), 3 * 4096)?;
     // Long entries first, so a recycled file holds old records well past the new ones.
-    let long: Vec<_> = (1..40).map(|i| (i, vec![i as u8; 200])).collect();
+    let long: Vec<_> = (1..40).map(|i| (i, vec![i as u8; 1000])).collect();
     wal.append(&long)?;
     wal.sync()?;
     let purged = wal
@@ -218,7 +219,7 @@ fn purged_segments_are_written_over_as_new_ones_and_their_old_records_never_read
     assert_eq!(pooled.len(), purged.min(recycle::KEPT));
     let pooled: Vec<u64> = pooled.iter().map(|p| inode(p)).collect::<io::Result<_>>()?;
     // Short entries after a gap: new segments take the pooled files.
-    let short = entries(100..200);
+    let short = entries(100..600);
     wal.append(&short)?;
     wal.sync()?;
     assert!(
@@ -230,14 +231,66 @@ fn purged_segments_are_written_over_as_new_ones_and_their_old_records_never_read
         .map(|p| inode(p))
         .collect::<io::Result<_>>()?;
     assert!(pooled.iter().all(|i| segments.contains(i)));
-    assert_eq!(wal.read(100, 300)?, short);
+    assert_eq!(wal.read(100, 600)?, short);
     drop(wal);
     // A start refuses old bytes in any segment but the last, and cuts them there.
-    let wal = Wal::open_with(dir.path(), 300)?;
-    assert_eq!(wal.read(100, 300)?, short);
+    let wal = Wal::open_with(dir.path(), 3 * 4096)?;
+    assert_eq!(wal.read(100, 600)?, short);
     assert_eq!(wal.read(21, 40)?, long[20..].to_vec());
-    wal.append(&entries(200..210))?;
-    assert_eq!(wal.read(199, 300)?, entries(199..210));
+    wal.append(&entries(600..610))?;
+    assert_eq!(wal.read(599, 700)?, entries(599..610));
+    Ok(())
+}
+
+#[test]
+fn the_pool_hands_out_only_files_whose_old_entries_lie_below_the_new_first() -> io::Result<()> {
+    let dir = tempfile::tempdir()?;
+    std::fs::write(recycle::pool_path(dir.path(), 10), b"old")?;
+    let mut pool = recycle::Pool::open(dir.path())?;
+    assert_eq!(pool.take(9), None);
+    assert_eq!(pool.take(10), Some(recycle::pool_path(dir.path(), 10)));
+    Ok(())
+}
+
+#[test]
+fn only_names_spelled_as_the_log_spells_them_are_segments() {
+    let salted = format!("{:016x}-{:016x}.seg", 5, 7);
+    assert_eq!(
+        parse_segment_name(&salted).and_then(Result::ok),
+        Some((5, 7))
+    );
+    assert_eq!(
+        parse_segment_name("0000000000000005.seg").and_then(Result::ok),
+        Some((5, 0))
+    );
+    assert!(parse_segment_name("0000000000000005.free").is_none());
+    for bad in [
+        "0000000000000005-0000000000000000.seg",
+        "0000000000000005-.seg",
+        "000000000000000A.seg",
+        "+000000000000005.seg",
+        "5.seg",
+        "0000000000000005-7.seg",
+    ] {
+        assert!(
+            matches!(parse_segment_name(bad), Some(Err(_))),
+            "{bad} is not a segment's name"
+        );
+    }
+}
+
+#[test]
+fn a_reused_file_no_record_reached_is_dropped_even_behind_a_later_segment() -> io::Result<()> {
+    let old = written(1..5, SEGMENT_BYTES)?;
+    let dir = written(60..65, SEGMENT_BYTES)?;
+    // Renamed as segment 50 (its old entries all below 50), then a crash before any write.
+    let files = segment_files(old.path())?;
+    let file = files.first().ok_or(io::ErrorKind::NotFound)?;
+    let stale = segment_path(dir.path(), 50, new_salt());
+    std::fs::copy(file, &stale)?;
+    let wal = Wal::open(dir.path())?;
+    assert_eq!(wal.read(0, 100)?, entries(60..65));
+    assert!(!stale.exists());
     Ok(())
 }
 
@@ -355,6 +408,8 @@ fn appends_over_a_recycled_file_end_on_a_block_boundary() -> io::Result<()> {
     // Zeros from the records' end to their block's end, the old bytes after it.
     assert!(bytes[len..boundary].iter().all(|b| *b == 0));
     assert!(bytes[boundary..].contains(&0xAB));
+    // The whole file counts in the log's size.
+    assert_eq!(wal.disk_space(), dir_bytes(dir.path())?);
     wal.append(&entries(101..110))?;
     wal.sync()?;
     assert_eq!(wal.read(100, 110)?, entries(100..110));
@@ -409,6 +464,13 @@ fn segments_named_without_a_salt_are_read_and_appended_to() -> io::Result<()> {
     assert_eq!(wal.read(0, 10)?, entries(1..5));
     wal.append(&entries(5..8))?;
     wal.sync()?;
+    // The old segment takes no more records: 5..8 went to a new, salted one.
+    let names = segment_files(dir.path())?;
+    assert_eq!(names.len(), 2);
+    assert_eq!(
+        names.get(1),
+        Some(&segment_path(dir.path(), 5, wal.inner().segments[&5].salt))
+    );
     drop(wal);
     let wal = Wal::open(dir.path())?;
     assert_eq!(wal.read(0, 10)?, entries(1..8));
