@@ -124,21 +124,22 @@ impl Context {
             .as_deref()
             .filter(|_| !auth.uses_jwt())
             .and_then(AuthStore::token_index);
-        match (auth.resolve(&credentials), index) {
-            (Err(Error::InvalidAuthToken), Some(index)) if index > self.node.applied_index() => {
+        let result = match (auth.resolve(&credentials), index) {
+            // Looked up again once this member has applied the login (at once if it has by
+            // now: it may have applied it since the lookup failed).
+            (Err(Error::InvalidAuthToken), Some(index)) => {
                 self.node
                     .wait_applied(index)
                     .await
                     .map_err(status::status)?;
-                auth.resolve(&credentials).map_err(status::status)
+                auth.resolve(&credentials)
             }
-            (result, _) => {
-                if result.is_err() {
-                    tracing::warn!("invalid auth token");
-                }
-                result.map_err(status::status)
-            }
+            (result, _) => result,
+        };
+        if result.is_err() {
+            tracing::warn!("invalid auth token");
         }
+        result.map_err(status::status)
     }
 
     /// What `req` presented (its token; its certificate's CN with `--client-cert-auth`), for
