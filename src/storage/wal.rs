@@ -47,14 +47,19 @@ struct Segment {
     offsets: Vec<u64>,
     /// Bytes of whole records (where the next one goes).
     len: u64,
-    /// A recycled file's length and block size while its old bytes lie past the records: an
-    /// append ending inside them is padded to the end of its block, since writing part of an
-    /// uncached block makes the kernel read the block first (a disk read on every append,
-    /// behind whatever reads the disk is serving).
+    /// A recycled file's length and block size while its old bytes lie past the records (so
+    /// the length is above `len`): an append ending inside them is padded to the end of its
+    /// block, since writing part of an uncached block makes the kernel read the block first (a
+    /// disk read on every append, behind whatever reads the disk is serving).
     old: Option<(u64, u64)>,
 }
 
 impl Segment {
+    /// The file's length on disk, old bytes included.
+    fn file_len(&self) -> u64 {
+        self.old.map_or(self.len, |(old_len, _)| old_len)
+    }
+
     /// The index after the last entry.
     fn end(&self) -> u64 {
         self.first.saturating_add(self.offsets.len() as u64)
@@ -233,11 +238,11 @@ impl Wal {
         let mut reader = BufReader::with_capacity(256 << 10, &file);
         let (mut offsets, mut at) = (Vec::new(), 0u64);
         let mut payload = Vec::new();
+        // Whether the file begins with a record from before its name (an index below `first`).
+        let mut starts_stale = false;
         // Where the records stop: what is there, and whether it is a write of ours a crash tore
         // (a header cut short, or the next index's record) rather than other bytes (a recycled
         // file's old records, or a header the crash tore too).
-        // Whether the file begins with a record from before its name (an index below `first`).
-        let mut starts_stale = false;
         let torn = loop {
             if at == size {
                 break None;
@@ -271,32 +276,23 @@ impl Wal {
         };
         drop(reader);
         if let Some((what, ours)) = torn {
-            // A reused file renamed as a segment that no record reached (its old records from
-            // the start), behind a later one a crash brought back too: nothing to keep.
-            if !last && starts_stale {
-                return Ok(Segment {
-                    file: Arc::new(file),
-                    path,
-                    first,
-                    salt,
-                    offsets,
-                    len: 0,
-                    old: None,
-                });
-            }
-            if !last {
+            if last {
+                if ours {
+                    tracing::warn!(path = %path.display(), offset = at, "cutting a torn Raft log tail: {what}");
+                } else {
+                    tracing::info!(path = %path.display(), offset = at, "the last Raft log segment's records end here; cutting the bytes after them (a recycled file's old records or padding, or a write a crash tore)");
+                }
+                file.set_len(at)?;
+                file.sync_data()?;
+            } else if !starts_stale {
                 return Err(corrupt(format!(
                     "Raft log segment {} has {what} at offset {at}",
                     path.display()
                 )));
             }
-            if ours {
-                tracing::warn!(path = %path.display(), offset = at, "cutting a torn Raft log tail: {what}");
-            } else {
-                tracing::info!(path = %path.display(), offset = at, "the last Raft log segment's records end here; cutting the bytes after them (a recycled file's old records or padding, or a write a crash tore)");
-            }
-            file.set_len(at)?;
-            file.sync_data()?;
+            // Otherwise a reused file renamed as a segment that no record reached (its old
+            // records from the start), behind a later one a crash brought back too: returned
+            // empty, for the caller to remove.
         }
         Ok(Segment {
             file: Arc::new(file),
@@ -397,6 +393,7 @@ impl Wal {
             if last.file.metadata()?.len() > last.len {
                 last.file.set_len(last.len)?;
             }
+            last.old = None;
             last.file.sync_data()?;
         }
         let salt = new_salt();
@@ -621,12 +618,7 @@ impl Wal {
     /// Bytes of the segment files and of the pooled ones waiting to be reused.
     pub fn disk_space(&self) -> u64 {
         let inner = self.inner();
-        let segments: u64 = inner
-            .segments
-            .values()
-            .map(|s| s.old.map_or(s.len, |(old_len, _)| old_len.max(s.len)))
-            .sum();
-        segments + inner.pool.bytes()
+        inner.segments.values().map(Segment::file_len).sum::<u64>() + inner.pool.bytes()
     }
 
     /// Deletes every segment, durably (a new log begins; used when an older data dir's log is

@@ -11,9 +11,9 @@ use crate::storage::release;
 impl Wal {
     /// Removes the segments whose entries all lie at or below `upto`. Returns how many entries
     /// went. Under the log's lock, each is renamed into the pool of files new segments reuse
-    /// ([`super::recycle`]) if the pool has room and no reader holds it, or else its name is removed;
-    /// after the lock, the directory is synced, the renamed files join the pool and the removed
-    /// files' blocks are freed, a step at a time (about a quarter of a second per full
+    /// ([`super::recycle`]) if the pool has room and no reader holds it, or else its name is
+    /// removed; after the lock, the directory is synced, the renamed files join the pool and the
+    /// removed files' blocks are freed, a step at a time (about a quarter of a second per full
     /// segment), on the caller's thread.
     ///
     /// # Errors
@@ -42,8 +42,7 @@ impl Wal {
             // that took it before reads it whole (and the file is freed when it is done).
             if Arc::strong_count(&s.file) == 1 && inner.pool.admits(end, pooled.len()) {
                 let to = inner.pool.path(end);
-                // The whole file: a reused one can hold old bytes past its records.
-                let len = s.file.metadata().map_or(s.len, |m| m.len());
+                let len = s.file_len();
                 if let Err(e) = std::fs::rename(&s.path, &to) {
                     failed = Some(e);
                     break;

@@ -24,7 +24,7 @@
 //! An append into a reused file is padded with zeros to the end of its last block: writing
 //! part of a block that is not in the page cache makes the kernel read it from the disk first,
 //! and after a restart (or once memory is short) every append would wait for such a read
-//! behind whatever reads the disk was serving (`benches/large/partial_block_writes.py`).
+//! behind whatever reads the disk was serving (`benches/large/fsync_over_written.py --cold`).
 
 use std::collections::BTreeMap;
 use std::io;
