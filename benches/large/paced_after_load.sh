@@ -17,7 +17,10 @@
 # state that takes long to load. DEFRAG=1 also defragments the member 4 s into the paced phase
 # (ETCDCTL, default .etcd-ref/bin/etcd-ref/etcdctl) and prints how long it took. LOAD_ONLY=1
 # stops after the load; TRACE=1 records the server's context switches with their stacks over the
-# paced phase (perf, root) into the work dir's perf.data, to read with `perf script`.
+# paced phase (perf, root) into the work dir's perf.data, to read with `perf script`. SYSMON=1
+# samples the whole machine over the paced phase (system_monitor.py, into the work dir's
+# system.mon) and prints the intervals in which the machine ran nothing (the monitor froze),
+# to tell the server's stalls from the machine's.
 set -euo pipefail
 BIN=$1
 TAG=$2
@@ -25,6 +28,7 @@ BENCH=${BENCH:-target/release/concord-bench}
 KEYS=${KEYS:-131072}
 D=/var/tmp/paced-$TAG
 EP=http://127.0.0.1:23790
+MONITOR=$(cd "$(dirname "$0")" && pwd)/system_monitor.py
 if [ -z "${REUSE:-}" ]; then
   rm -rf "$D"
 fi
@@ -74,6 +78,10 @@ paced() {
     --value-size 16384 --key-space "$KEYS" --json --slow-ms "${SLOW_MS:-50}" "${@:2}" \
     > "$D/$1.json" 2> "$D/$1.slow"
 }
+if [ -n "${SYSMON:-}" ]; then
+  (cd "$D" && python3 "$MONITOR" 14 system.mon > system.frozen) &
+  MON=$!
+fi
 paced put &
 PUT=$!
 paced range --no-prefill &
@@ -87,6 +95,10 @@ if [ -n "${DEFRAG:-}" ]; then
 fi
 wait $PUT
 wait $RANGE
+if [ -n "${SYSMON:-}" ]; then
+  wait $MON || true
+  cat "$D/system.frozen"
+fi
 if [ -n "${TRACE:-}" ]; then
   kill -INT $PERF
   wait $PERF || true
