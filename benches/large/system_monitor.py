@@ -8,8 +8,8 @@ only sleeps, so a late sample means the machine ran nothing of it), the pressure
 (`/proc/pressure`, ms in the interval: CPU some, I/O some and full, memory some and full),
 `/proc/stat`'s jiffies in the interval (user, system, iowait, steal), running tasks, requests
 in flight on the disk, and the dirty and writeback MiB. At the end it prints every interval
-over 60 ms (the monitor itself was frozen) with what the kernel counted in it. Linux only; the
-disk is the one holding the current directory's file system, or DISK.
+over 60 ms (the monitor itself was frozen) with the CPU pressure and steal time counted in it.
+Linux only; the disk is the one holding the current directory's file system, or DISK.
 
 A stall that also freezes this monitor, with steal time counted and no disk or memory pressure,
 is the machine's (the hypervisor ran none of the guest's CPUs), not the server's.

@@ -407,6 +407,12 @@ fn appends_over_a_recycled_file_end_on_a_block_boundary() -> io::Result<()> {
             .ok_or(io::Error::other("the segment is not a recycled file"))?;
         (s.path.clone(), s.len, block)
     };
+    // The file system's block, as the kernel reports it (within the padding's bounds).
+    let reported = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&path)?.blksize().clamp(512, 64 << 10)
+    };
+    assert_eq!(block, reported);
     let bytes = std::fs::read(&path)?;
     let boundary = usize::try_from(len.next_multiple_of(block))
         .map_err(io::Error::other)?
