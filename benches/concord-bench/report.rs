@@ -16,9 +16,9 @@ pub struct Measured {
     pub errors: u64,
     /// Measured time.
     pub elapsed: Duration,
-    /// The servers' CPU seconds over the measured time alone (not the connection set-up,
-    /// prefill and warm-up), when sampled.
-    pub server_cpu: Option<f64>,
+    /// The servers' CPU seconds and disk writes over the measured time alone (not the
+    /// connection set-up, prefill and warm-up), when sampled.
+    pub server_usage: Option<ProcStats>,
 }
 
 impl Measured {
@@ -29,7 +29,7 @@ impl Measured {
             ops: 0,
             errors: 0,
             elapsed: Duration::ZERO,
-            server_cpu: None,
+            server_usage: None,
         })
     }
 
@@ -49,13 +49,17 @@ impl Measured {
     }
 }
 
-/// Peak resident memory and CPU time of the server processes, from `/proc`.
+/// Peak resident memory, CPU time and disk writes of the server processes, from `/proc`.
 #[derive(Default, Clone, Copy)]
 pub struct ProcStats {
     /// Sum over the servers of VmHWM, bytes.
     pub peak_rss: u64,
     /// Sum over the servers of user + system CPU, seconds.
     pub cpu: f64,
+    /// Sum over the servers of the bytes they caused to be written to storage (`write_bytes`
+    /// of `/proc/<pid>/io`: charged when a page is dirtied, so another process's writeback is
+    /// not counted; readable by the processes' owner or root, else zero).
+    pub written: u64,
 }
 
 impl ProcStats {
@@ -77,23 +81,36 @@ impl ProcStats {
                 let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
                 s.cpu += (ticks(11) + ticks(12)) / 100.0;
             }
+            if let Ok(io) = std::fs::read_to_string(format!("/proc/{pid}/io")) {
+                let written = io
+                    .lines()
+                    .find_map(|l| l.strip_prefix("write_bytes:"))
+                    .and_then(|v| v.trim().parse::<u64>().ok());
+                s.written += written.unwrap_or(0);
+            }
         }
         s
     }
 }
 
-/// The CPU seconds the processes `pids` use between `from` and `to`, sampled by a task.
-pub fn server_cpu(
+/// The CPU seconds the processes `pids` use and the bytes they write between `from` and `to`
+/// (peak memory as at `to`), sampled by a task.
+pub fn server_usage(
     pids: &[u32],
     from: std::time::Instant,
     to: std::time::Instant,
-) -> tokio::task::JoinHandle<f64> {
+) -> tokio::task::JoinHandle<ProcStats> {
     let pids = pids.to_vec();
     tokio::spawn(async move {
         tokio::time::sleep_until(from.into()).await;
         let before = ProcStats::read(&pids);
         tokio::time::sleep_until(to.into()).await;
-        ProcStats::read(&pids).cpu - before.cpu
+        let after = ProcStats::read(&pids);
+        ProcStats {
+            peak_rss: after.peak_rss,
+            cpu: after.cpu - before.cpu,
+            written: after.written.saturating_sub(before.written),
+        }
     })
 }
 
@@ -113,6 +130,7 @@ pub struct Report {
     errors: u64,
     peak_rss: u64,
     cpu: f64,
+    written: u64,
 }
 
 impl Report {
@@ -133,7 +151,10 @@ impl Report {
             ops: m.ops,
             errors: m.errors,
             peak_rss: after.peak_rss,
-            cpu: m.server_cpu.unwrap_or(after.cpu - before.cpu),
+            cpu: m.server_usage.map_or(after.cpu - before.cpu, |u| u.cpu),
+            written: m
+                .server_usage
+                .map_or(after.written.saturating_sub(before.written), |u| u.written),
         }
     }
 
@@ -175,6 +196,7 @@ impl Report {
             "max_ms": self.max,
             "server_peak_rss_bytes": self.peak_rss,
             "server_cpu_seconds": self.cpu,
+            "server_write_bytes": self.written,
         })
         .to_string()
     }

@@ -54,7 +54,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Measured> {
     let args = Arc::new(args.clone());
     let measure_from = Instant::now() + WARMUP;
     let end = measure_from + args.duration;
-    let cpu = crate::report::server_cpu(&args.server_pids, measure_from, end);
+    let usage = crate::report::server_usage(&args.server_pids, measure_from, end);
     let mut tasks = Vec::new();
     for id in 0..args.clients {
         let channel = channels[id % channels.len()].clone();
@@ -110,7 +110,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Measured> {
         total.merge(&t.await??)?;
     }
     total.elapsed = args.duration;
-    total.server_cpu = Some(cpu.await?);
+    total.server_usage = Some(usage.await?);
     Ok(total)
 }
 
@@ -447,7 +447,7 @@ async fn watch(args: &Args, channels: &[Channel]) -> anyhow::Result<Measured> {
     let end_key = concord::storage::prefix_end(&prefix);
     let measure_from = Instant::now() + WARMUP + Duration::from_secs(1);
     let end = measure_from + args.duration;
-    let cpu = crate::report::server_cpu(&args.server_pids, measure_from, end);
+    let usage = crate::report::server_usage(&args.server_pids, measure_from, end);
     let mut watchers = Vec::new();
     let (ready_tx, mut ready_rx) = mpsc::channel::<()>(args.watchers.max(1));
     for w in 0..args.watchers {
@@ -518,7 +518,7 @@ async fn watch(args: &Args, channels: &[Channel]) -> anyhow::Result<Measured> {
         total.merge(&w.await??)?;
     }
     total.elapsed = args.duration;
-    total.server_cpu = Some(cpu.await?);
+    total.server_usage = Some(usage.await?);
     Ok(total)
 }
 

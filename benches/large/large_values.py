@@ -6,7 +6,10 @@ For each value size, one fresh member of each server (etcd's flags, an 8 GiB quo
 etcd and then on Concord (alternating, so the machine's drift hits both alike), over a key space
 of `--keys` keys (so puts overwrite, as a control plane's updates do). Reported per size and
 client count, medians over the rounds: puts/s, MB/s of values, p50 and p99, server CPU per put,
-and Concord's ratio to each etcd. Concord and etcd 3.6 fsync every put before they acknowledge
+the bytes each server wrote to storage per put (its `/proc/<pid>/io` write_bytes), and
+Concord's ratio to each etcd. Large values make both servers write at the disk's bandwidth, and
+on a virtual disk whose bandwidth a host rations that bandwidth moves within a run: bytes
+written per put is what a server decides, puts/s partly what the disk allows at that moment. Concord and etcd 3.6 fsync every put before they acknowledge
 it; etcd 3.5.1 with one member acknowledges while its WAL fsync is still running (etcd issue
 14370, fixed in 3.5.5), so its one-client numbers are not a durable server's.
 
@@ -84,6 +87,8 @@ def main():
                "p99_ms": round(statistics.median(r["p99_ms"] for r in rs), 2),
                "cpu_ms_per_put": round(statistics.median(
                    1000 * r["server_cpu_seconds"] / max(1, r["ops"]) for r in rs), 3),
+               "written_kib_per_put": round(statistics.median(
+                   r.get("server_write_bytes", 0) / 1024 / max(1, r["ops"]) for r in rs)),
                "errors": sum(r["errors"] for r in rs), "rounds": len(rs)}
         rows.append(row)
         by[(label, size, clients)] = row
@@ -93,8 +98,9 @@ def main():
     lines = ["| value | clients | " + " | ".join(f"{e} puts/s" for e in etcds) + " | Concord puts/s | "
              + " | ".join(f"ratio to {e}" for e in etcds) + " | "
              + " | ".join(f"{e} p99 (ms)" for e in etcds) + " | Concord p99 (ms) | "
-             + " | ".join(f"{e} CPU ms/put" for e in etcds) + " | Concord CPU ms/put |",
-             "|" + "---:|" * (5 + 4 * len(etcds))]
+             + " | ".join(f"{e} CPU ms/put" for e in etcds) + " | Concord CPU ms/put | "
+             + " | ".join(f"{e} KiB written/put" for e in etcds) + " | Concord KiB written/put |",
+             "|" + "---:|" * (6 + 5 * len(etcds))]
     for size in sizes:
         for clients in client_counts:
             es = [by.get((e, size, clients)) for e in etcds]
@@ -106,7 +112,9 @@ def main():
                 + " | ".join(str(e["puts_per_sec"]) for e in es) + f" | {c['puts_per_sec']} | "
                 + " | ".join(f"{c['puts_per_sec'] / max(1, e['puts_per_sec']):.2f}x" for e in es)
                 + " | " + " | ".join(str(e["p99_ms"]) for e in es) + f" | {c['p99_ms']} | "
-                + " | ".join(str(e["cpu_ms_per_put"]) for e in es) + f" | {c['cpu_ms_per_put']} |")
+                + " | ".join(str(e["cpu_ms_per_put"]) for e in es) + f" | {c['cpu_ms_per_put']} | "
+                + " | ".join(str(e["written_kib_per_put"]) for e in es)
+                + f" | {c['written_kib_per_put']} |")
     table = "\n".join(lines) + "\n"
     print(table)
     print(json.dumps(rows, indent=1))
