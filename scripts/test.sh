@@ -87,8 +87,8 @@ fi
 trap - EXIT
 cat target/migrate.log
 sed -n '/^| server/,$p' target/k8s-storage.log
-# A real kube-apiserver 1.37 on three members over TLS, driven with kubectl (when it is built:
-# k8s-tests/apiserver/build.sh, ~7 min once per machine).
+# A real kube-apiserver 1.37 on three members over TLS, driven with kubectl and a short
+# control-plane load (when it is built: k8s-tests/apiserver/build.sh, ~7 min once per machine).
 step "kube-apiserver on Concord"
 k8s-tests/apiserver/run.sh target/debug/concord
 step "fault suite"

@@ -148,9 +148,10 @@ class Cluster:
 
 
 class APIServer:
-    """kube-apiserver on the cluster, with a static admin token, and kubectl pointed at it."""
+    """kube-apiserver on the cluster, with a static admin token, and kubectl pointed at it;
+    `extra` are more kube-apiserver flags."""
 
-    def __init__(self, kube_dir, cluster, work):
+    def __init__(self, kube_dir, cluster, work, extra=()):
         self.kubectl_bin = os.path.join(kube_dir, "kubectl")
         (port,) = free_ports(1)
         self.url = f"https://127.0.0.1:{port}"
@@ -174,7 +175,7 @@ class APIServer:
             "--token-auth-file", tokens, "--authorization-mode", "RBAC",
             "--service-account-issuer", "https://kubernetes.default.svc",
             "--service-account-key-file", key, "--service-account-signing-key-file", key,
-            "--service-cluster-ip-range", "10.96.0.0/24", "--event-ttl", "1h"],
+            "--service-cluster-ip-range", "10.96.0.0/24", "--event-ttl", "1h", *extra],
             stdout=self.log, stderr=subprocess.STDOUT)
         self.kubeconfig = os.path.join(work, "kubeconfig")
         with open(self.kubeconfig, "w") as f:

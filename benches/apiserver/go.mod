@@ -1,0 +1,3 @@
+module concord.local/apiserver-load
+
+go 1.26.8
