@@ -5,7 +5,9 @@ For each topology (one node; three nodes on loopback), each client count and eac
 fresh clusters of every server are started with the same flags and fresh data dirs on disk, and
 the workload runs on them alternately (etcd, Concord, etcd, Concord, ...: `--rounds` rounds) so
 that the machine's drift hits all alike. The table shows the medians, the ratios Concord/etcd,
-and each server's CPU time per operation (from /proc, over the run). Then, at a fixed offered
+each server's CPU time per operation (from /proc, over the run) and the load generator's own
+CPU per operation against each (on a machine it shares with the server, a server that needs
+less CPU than the generator per operation cannot be more than a little faster). Then, at a fixed offered
 load (half of etcd 3.5.1's measured throughput at the last client count), the p99 latency of
 each. Then, unless `--memory-keys 0`: resident memory after loading that many 256-byte keys,
 the size on disk, and the time to restart a member holding them until it serves a
@@ -262,6 +264,9 @@ def medians(runs: list[dict]) -> dict:
          for k in ("ops_per_sec", "p50_ms", "p99_ms", "server_peak_rss_bytes")}
     m["cpu_us"] = statistics.median(r["server_cpu_seconds"] / r["ops"] * 1e6 if r["ops"] else 0
                                     for r in runs)
+    # The load generator's own CPU per operation (it shares the machine's cores with the server).
+    m["client_us"] = statistics.median((r.get("client_cpu_seconds") or 0) / r["ops"] * 1e6
+                                       if r["ops"] else 0 for r in runs)
     return m
 
 
@@ -286,6 +291,7 @@ def compare(args, out: list[str]) -> None:
         head += [f"{NAMES[label]} p99 ms" for label, _ in servers]
         head += [f"{NAMES[label]} CPU µs/op" for label, _ in servers]
         head += [f"CPU ratio to {NAMES[r]}" for r in refs]
+        head += [f"load generator CPU µs/op vs {NAMES[label]}" for label, _ in servers]
         head += ["Concord peak RSS MiB"]
         out.append("| " + " | ".join(head) + " |")
         out.append("|" + "---|" * len(head))
@@ -308,6 +314,7 @@ def compare(args, out: list[str]) -> None:
                 cells += [f"{med[label]['p99_ms']:.2f}" for label, _ in servers]
                 cells += [f"{med[label]['cpu_us']:.1f}" for label, _ in servers]
                 cells += [ratio(c["cpu_us"], med[r]["cpu_us"]) for r in refs]
+                cells += [f"{med[label]['client_us']:.1f}" for label, _ in servers]
                 cells += [f"{c['server_peak_rss_bytes'] / 2**20:.0f}"]
                 line = "| " + " | ".join(cells) + " |"
                 out.append(line)

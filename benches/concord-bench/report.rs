@@ -19,6 +19,9 @@ pub struct Measured {
     /// The servers' CPU seconds and disk writes over the measured time alone (not the
     /// connection set-up, prefill and warm-up), when sampled.
     pub server_usage: Option<ProcStats>,
+    /// This load generator's own CPU seconds over the same time, when sampled (on a machine
+    /// it shares with the server, what it spends per operation is taken from the server).
+    pub client_cpu: Option<f64>,
 }
 
 impl Measured {
@@ -30,6 +33,7 @@ impl Measured {
             errors: 0,
             elapsed: Duration::ZERO,
             server_usage: None,
+            client_cpu: None,
         })
     }
 
@@ -94,23 +98,25 @@ impl ProcStats {
 }
 
 /// The CPU seconds the processes `pids` use and the bytes they write between `from` and `to`
-/// (peak memory as at `to`), sampled by a task.
+/// (peak memory as at `to`), and this process's own CPU seconds, sampled by a task.
 pub fn server_usage(
     pids: &[u32],
     from: std::time::Instant,
     to: std::time::Instant,
-) -> tokio::task::JoinHandle<ProcStats> {
+) -> tokio::task::JoinHandle<(ProcStats, f64)> {
     let pids = pids.to_vec();
+    let me = [std::process::id()];
     tokio::spawn(async move {
         tokio::time::sleep_until(from.into()).await;
-        let before = ProcStats::read(&pids);
+        let (before, me_before) = (ProcStats::read(&pids), ProcStats::read(&me));
         tokio::time::sleep_until(to.into()).await;
-        let after = ProcStats::read(&pids);
-        ProcStats {
+        let (after, me_after) = (ProcStats::read(&pids), ProcStats::read(&me));
+        let usage = ProcStats {
             peak_rss: after.peak_rss,
             cpu: after.cpu - before.cpu,
             written: after.written.saturating_sub(before.written),
-        }
+        };
+        (usage, me_after.cpu - me_before.cpu)
     })
 }
 
@@ -131,6 +137,7 @@ pub struct Report {
     peak_rss: u64,
     cpu: f64,
     written: u64,
+    client_cpu: Option<f64>,
 }
 
 impl Report {
@@ -155,6 +162,7 @@ impl Report {
             written: m
                 .server_usage
                 .map_or(after.written.saturating_sub(before.written), |u| u.written),
+            client_cpu: m.client_cpu,
         }
     }
 
@@ -197,6 +205,7 @@ impl Report {
             "server_peak_rss_bytes": self.peak_rss,
             "server_cpu_seconds": self.cpu,
             "server_write_bytes": self.written,
+            "client_cpu_seconds": self.client_cpu,
         })
         .to_string()
     }

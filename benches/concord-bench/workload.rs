@@ -110,7 +110,9 @@ pub async fn run(args: &Args) -> anyhow::Result<Measured> {
         total.merge(&t.await??)?;
     }
     total.elapsed = args.duration;
-    total.server_usage = Some(usage.await?);
+    let (usage, client_cpu) = usage.await?;
+    total.server_usage = Some(usage);
+    total.client_cpu = Some(client_cpu);
     Ok(total)
 }
 
@@ -518,7 +520,9 @@ async fn watch(args: &Args, channels: &[Channel]) -> anyhow::Result<Measured> {
         total.merge(&w.await??)?;
     }
     total.elapsed = args.duration;
-    total.server_usage = Some(usage.await?);
+    let (usage, client_cpu) = usage.await?;
+    total.server_usage = Some(usage);
+    total.client_cpu = Some(client_cpu);
     Ok(total)
 }
 

@@ -32,7 +32,9 @@ def puts(bench, endpoint, pid, seconds, clients, value_size, keys):
     out = subprocess.run([bench, "put", "--endpoints", endpoint, "--clients", str(clients),
                           "--conns", str(conns), "--duration", f"{seconds}s", "--value-size",
                           str(value_size), "--key-space", str(keys), "--server-pids", str(pid),
-                          "--json"], capture_output=True, text=True, check=True)
+                          "--json"], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"concord-bench put against {endpoint} failed: {(out.stdout + out.stderr)[:2000]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
