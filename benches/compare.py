@@ -258,6 +258,22 @@ def conns_for(clients: int) -> int:
     return 1 if clients <= 1 else min(8, max(1, clients // 4))
 
 
+CPUS = os.cpu_count() or 1
+
+
+def cpu_budget(w: str, clients: int, conns: int, servers, refs, med: dict) -> str:
+    """One row of the CPU budget: how busy each run kept the machine's CPUs (server and load
+    generator together) and the throughput ratio to each reference that the CPU per operation
+    allows when both use every CPU. A run well below 100 % busy waited on something else (the
+    disk's fsync, one writer)."""
+    total = {label: med[label]["cpu_us"] + med[label]["client_us"] for label, _ in servers}
+    busy = [f"{med[label]['ops_per_sec'] * total[label] / 1e6 / CPUS * 100:.0f}" for label, _ in servers]
+    cells = [w, f"{clients}/{conns}", " / ".join(busy) + " %",
+             " / ".join(f"{total[label]:.1f}" for label, _ in servers)]
+    cells += [ratio(total[r], total["concord"]) for r in refs]
+    return "| " + " | ".join(cells) + " |"
+
+
 def medians(runs: list[dict]) -> dict:
     """Medians of ops/s, p50, p99, peak RSS and server CPU per operation (µs) over runs."""
     m = {k: statistics.median(r[k] for r in runs)
@@ -297,6 +313,7 @@ def compare(args, out: list[str]) -> None:
         out.append("|" + "---|" * len(head))
         saturation = {}
         p50s: list[str] = []
+        budget: list[str] = []
         for clients in args.clients:
             conns = conns_for(clients)
             for w in args.workloads:
@@ -319,12 +336,23 @@ def compare(args, out: list[str]) -> None:
                 line = "| " + " | ".join(cells) + " |"
                 out.append(line)
                 print(line, flush=True)
+                budget.append(cpu_budget(w, clients, conns, servers, refs, med))
                 if clients == 1:
                     p50s.append(f"- {w}, one client: p50 " + ", ".join(
                         f"{NAMES[label]} {med[label]['p50_ms']:.3f} ms" for label, _ in servers))
         if p50s:
             out.append("\n" + "\n".join(p50s))
             print("\n".join(p50s), flush=True)
+        out.append(f"\n### {n} node{'s' if n > 1 else ''}: the same runs as a CPU budget\n")
+        out.append(f"Machine CPU busy: ops/s x (server + load generator CPU per op) / {CPUS} CPUs. "
+                   "CPU-bound ceiling: a reference's server + generator CPU per op over "
+                   "Concord's, the ratio two runs would give that both used every CPU.\n")
+        head = ["workload", "clients/conns", "machine CPU busy " + " / ".join(NAMES[l] for l, _ in servers),
+                "server + generator µs/op " + " / ".join(NAMES[l] for l, _ in servers)]
+        head += [f"CPU-bound ceiling vs {NAMES[r]}" for r in refs]
+        out.append("| " + " | ".join(head) + " |")
+        out.append("|" + "---|" * len(head))
+        out.extend(budget)
         fixed = [w for w in ("put", "range", "txn-cas", "mixed", "watch") if w in args.workloads]
         clients = args.clients[-1]
         if not fixed or args.no_fixed:
