@@ -2,52 +2,10 @@ package main
 
 import (
 	"fmt"
-	"sort"
 	"strings"
-	"sync"
-	"time"
+
+	"concord.local/controlplane-bench/latency"
 )
-
-// latencies collects the latencies (and failures) of one kind of operation.
-type latencies struct {
-	mu         sync.Mutex
-	samples    []time.Duration
-	errors     int
-	firstError error
-}
-
-// add records one operation: its latency, or its error.
-func (l *latencies) add(d time.Duration, err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err != nil {
-		l.errors++
-		if l.firstError == nil {
-			l.firstError = err
-		}
-		return
-	}
-	l.samples = append(l.samples, d)
-}
-
-// percentile is the p-th percentile in milliseconds (0 without samples).
-func (l *latencies) percentile(p float64) float64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.samples) == 0 {
-		return 0
-	}
-	sort.Slice(l.samples, func(i, j int) bool { return l.samples[i] < l.samples[j] })
-	i := int(p / 100 * float64(len(l.samples)-1))
-	return float64(l.samples[i]) / float64(time.Millisecond)
-}
-
-// count is how many operations succeeded.
-func (l *latencies) count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.samples)
-}
 
 // result is what was measured on one server.
 type result struct {
@@ -55,8 +13,8 @@ type result struct {
 	loadSeconds            float64
 	rssAfterLoad, rssAtEnd float64
 	cpuCores               float64
-	update, list, event    latencies
-	watch                  latencies
+	update, list, event    latency.Recorder
+	watch                  latency.Recorder
 	delivered              int64
 	conflicts, listErrors  int64
 	compactions            int
@@ -76,9 +34,9 @@ func render(o options, results []*result) string {
 	for i := range results {
 		r := results[i]
 		fmt.Fprintf(&b, "| %s | %.1f | %.1f / %.1f | %.2f / %.2f | %.2f | %.2f / %.2f | %d | %.0f / %.0f | %.2f |\n",
-			r.name, r.loadSeconds, r.list.percentile(50), r.list.percentile(99),
-			r.update.percentile(50), r.update.percentile(99), r.event.percentile(99),
-			r.watch.percentile(50), r.watch.percentile(99), r.delivered, r.rssAfterLoad, r.rssAtEnd, r.cpuCores)
+			r.name, r.loadSeconds, r.list.Percentile(50), r.list.Percentile(99),
+			r.update.Percentile(50), r.update.Percentile(99), r.event.Percentile(99),
+			r.watch.Percentile(50), r.watch.Percentile(99), r.delivered, r.rssAfterLoad, r.rssAtEnd, r.cpuCores)
 	}
 	for i := range results {
 		for j := range results {
@@ -88,8 +46,8 @@ func render(o options, results []*result) string {
 			a, e := results[i], results[j]
 			fmt.Fprintf(&b, "\n%s / %s: list p99 %.2fx, update p99 %.2fx, watch delivery p99 %.2fx, "+
 				"RSS at end %.2fx, server CPU %.2fx (lower is better).\n", a.name, e.name,
-				ratio(a.list.percentile(99), e.list.percentile(99)), ratio(a.update.percentile(99), e.update.percentile(99)),
-				ratio(a.watch.percentile(99), e.watch.percentile(99)), ratio(a.rssAtEnd, e.rssAtEnd), ratio(a.cpuCores, e.cpuCores))
+				ratio(a.list.Percentile(99), e.list.Percentile(99)), ratio(a.update.Percentile(99), e.update.Percentile(99)),
+				ratio(a.watch.Percentile(99), e.watch.Percentile(99)), ratio(a.rssAtEnd, e.rssAtEnd), ratio(a.cpuCores, e.cpuCores))
 		}
 	}
 	b.WriteString("\nOperations completed: ")
@@ -99,7 +57,7 @@ func render(o options, results []*result) string {
 			b.WriteString("; ")
 		}
 		fmt.Fprintf(&b, "%s %d updates (%d conflicts), %d lists, %d events, %d compactions",
-			r.name, r.update.count(), r.conflicts, r.list.count(), r.event.count(), r.compactions)
+			r.name, r.update.Count(), r.conflicts, r.list.Count(), r.event.Count(), r.compactions)
 	}
 	b.WriteString(".\n")
 	return b.String()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"concord.local/controlplane-bench/latency"
 	"context"
 	"fmt"
 	"math/rand"
@@ -113,16 +114,19 @@ func run(parent context.Context, srv *server, o options, keys []string, r *resul
 	r.delivered = delivered.Load()
 	cancel()
 	watchWG.Wait()
-	if r.update.errors > 0 || r.list.errors > 0 || r.event.errors > 0 {
+	updates, firstUpdate := r.update.Errors()
+	lists, firstList := r.list.Errors()
+	events, firstEvent := r.event.Errors()
+	if updates > 0 || lists > 0 || events > 0 {
 		return fmt.Errorf("failed operations: %d updates (%v), %d lists (%v), %d events (%v)",
-			r.update.errors, r.update.firstError, r.list.errors, r.list.firstError, r.event.errors, r.event.firstError)
+			updates, firstUpdate, lists, firstList, events, firstEvent)
 	}
 	return nil
 }
 
 // schedule runs op at `rate` per second for `duration` on `workers` goroutines, each with its
 // own random source, and records each one's latency from its scheduled start into rec.
-func schedule(wg *sync.WaitGroup, rate float64, duration time.Duration, rec *latencies, op func(*rand.Rand) error) {
+func schedule(wg *sync.WaitGroup, rate float64, duration time.Duration, rec *latency.Recorder, op func(*rand.Rand) error) {
 	if rate <= 0 {
 		return
 	}
@@ -145,7 +149,7 @@ func schedule(wg *sync.WaitGroup, rate float64, duration time.Duration, rec *lat
 			rng := rand.New(rand.NewSource(int64(w) + begin.UnixNano()))
 			for at := range starts {
 				err := op(rng)
-				rec.add(time.Since(at), err)
+				rec.Add(time.Since(at), err)
 			}
 		}(w)
 	}
@@ -211,7 +215,7 @@ func listType(ctx context.Context, c *clientv3.Client, typ string, page int64) (
 // spread over watchClients connections; each PUT delivered adds its delay since the write was
 // sent to rec.
 func startWatches(ctx context.Context, o options, rev int64, newClient func() (*clientv3.Client, error),
-	rec *latencies, delivered *atomic.Int64) (*sync.WaitGroup, error) {
+	rec *latency.Recorder, delivered *atomic.Int64) (*sync.WaitGroup, error) {
 	var wg sync.WaitGroup
 	var cs []*clientv3.Client
 	for i := 0; i < watchClients; i++ {
@@ -230,11 +234,11 @@ func startWatches(ctx context.Context, o options, rev int64, newClient func() (*
 			defer wg.Done()
 			for resp := range ch {
 				if err := resp.Err(); err != nil && ctx.Err() == nil {
-					rec.add(0, fmt.Errorf("watch of %s: %w", prefix, err))
+					rec.Add(0, fmt.Errorf("watch of %s: %w", prefix, err))
 				}
 				for _, ev := range resp.Events {
 					if at, ok := stamped(ev.Kv.Value); ok && ev.Type == clientv3.EventTypePut {
-						rec.add(time.Since(at), nil)
+						rec.Add(time.Since(at), nil)
 						delivered.Add(1)
 					}
 				}

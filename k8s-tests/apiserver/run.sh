@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs apiserver_test.py -- a real kube-apiserver 1.37 on three members of SERVER over TLS,
-# driven with kubectl -- and then a short control-plane load through it (benches/apiserver/
-# run.py: updates, paginated lists, watches and Events, checking that no acknowledged update is
-# lost, every list is whole and every watch sees every update), if kube-apiserver and kubectl
-# were built from this go.sum (build.sh, into ~/.cache/concord-kube or $CONCORD_KUBE_DIR).
+# driven with kubectl -- and then a short control-plane load through it
+# (benches/controlplane/apiserver/run.py: updates, paginated lists, watches and Events, checking
+# that no acknowledged update is lost, every list is whole and every watch sees every update), if
+# kube-apiserver and kubectl were built from this go.sum (build.sh, into ~/.cache/concord-kube or
+# $CONCORD_KUBE_DIR).
 # Otherwise it says how to build them and passes: their first build takes about 7 minutes, more
 # than a fresh machine's CI run can spare; with --build it builds them first.
 #
@@ -22,6 +23,6 @@ if [[ "$(cat "$kube/go.sum.sha256" 2>/dev/null)" != "$want" ]]; then
   "$here/build.sh" "$kube"
 fi
 python3 "$here/apiserver_test.py" --server "$server" --kube-dir "$kube"
-python3 "$here/../../benches/apiserver/run.py" --server "concord=$server:3" --kube-dir "$kube" -- \
+python3 "$here/../../benches/controlplane/apiserver/run.py" --server "concord=$server:3" --kube-dir "$kube" -- \
   --objects 2000 --namespaces 10 --watches 40 --update-rate 50 --list-rate 1 --event-rate 10 \
   --duration 10s

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"concord.local/controlplane-bench/latency"
 	"context"
 	"fmt"
 	"math/rand"
@@ -83,7 +84,7 @@ func objectsIn(o options, k int) int {
 
 // offered is what the load measured.
 type offered struct {
-	update, list, event latencies
+	update, list, event latency.Recorder
 	conflicts           atomic.Int64
 	incomplete          atomic.Int64
 	// updatesIn counts the acknowledged updates per namespace (each one event per watch of it).
@@ -147,7 +148,7 @@ func offer(ctx context.Context, a *api, o options, objs []*object) *offered {
 			obj.rv = rv
 			res.updatesIn[obj.namespace].Add(1)
 		}
-		res.update.add(time.Since(at), err)
+		res.update.Add(time.Since(at), err)
 	}
 	var lists atomic.Int64
 	list := func(at time.Time) {
@@ -157,12 +158,12 @@ func offer(ctx context.Context, a *api, o options, objs []*object) *offered {
 			res.incomplete.Add(1)
 			err = fmt.Errorf("a list of %s returned %d of %d objects", namespace(k), len(got), want)
 		}
-		res.list.add(time.Since(at), err)
+		res.list.Add(time.Since(at), err)
 	}
 	event := func(at time.Time) {
 		n := seq.Add(1)
 		obj := objs[int(n)%len(objs)]
-		res.event.add(time.Since(at), a.createEvent(ctx, obj.ns, fmt.Sprintf("%s.%d", obj.name, n), obj.name))
+		res.event.Add(time.Since(at), a.createEvent(ctx, obj.ns, fmt.Sprintf("%s.%d", obj.name, n), obj.name))
 	}
 	groups := []*sync.WaitGroup{
 		schedule(ctx, o.updateRate, o.duration, 64, update),

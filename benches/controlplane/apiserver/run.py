@@ -5,13 +5,14 @@ at a time, same machine, same run.
 For each `--server NAME=BINARY[:MEMBERS]` (Concord or etcd; one member unless MEMBERS says
 otherwise): members over TLS with client certificates as kubeadm sets them up, kube-apiserver
 1.37 on them (built by k8s-tests/apiserver/build.sh; its compactor every --compact-every), then
-`apiserver-load` (this directory, built here with Go) against it: ConfigMaps of 2-8 KiB,
+`apiserver-load` (this directory, a package of the control-plane benchmark's Go module, built
+here) against it: ConfigMaps of 2-8 KiB,
 namespace watches, updates with resourceVersion preconditions, paginated lists of every
 ConfigMap, Events under leases, and at the end the check that every acknowledged update is in
 storage and every watch saw every update of its namespace once. Prints a table and each JSON
 report; exits 1 if a check failed on any server.
 
-    benches/apiserver/run.py --server concord=target/release/concord \\
+    benches/controlplane/apiserver/run.py --server concord=target/release/concord \\
         --server etcd-3.6=.etcd-ref/bin/etcd-3.6/etcd [--kube-dir ~/.cache/concord-kube] \\
         [-- apiserver-load flags, e.g. --objects 10000 --update-rate 100 --duration 30s]
 """
@@ -25,7 +26,7 @@ import sys
 import tempfile
 
 here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(here, "..", "..", "k8s-tests", "apiserver"))
+sys.path.insert(0, os.path.join(here, "..", "..", "..", "k8s-tests", "apiserver"))
 from apiserver_test import TOKEN, APIServer, Cluster, make_certs  # noqa: E402
 
 
@@ -87,7 +88,7 @@ def main():
     ap.add_argument("load_args", nargs="*", help="after --: apiserver-load's flags")
     a = ap.parse_args()
     load_bin = os.path.join(a.work, "apiserver-load")
-    subprocess.run(["go", "build", "-o", load_bin, "."], cwd=here, check=True)
+    subprocess.run(["go", "build", "-o", load_bin, "./apiserver"], cwd=os.path.dirname(here), check=True)
     reports, ok = [], True
     for spec in a.server:
         name, _, rest = spec.partition("=")

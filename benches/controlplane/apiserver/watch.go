@@ -1,6 +1,7 @@
 package main
 
 import (
+	"concord.local/controlplane-bench/latency"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,12 +23,12 @@ type watchEvent struct {
 type watches struct {
 	delivered atomic.Int64
 	restarts  atomic.Int64
-	latency   *latencies
+	latency   *latency.Recorder
 	wg        sync.WaitGroup
 }
 
 // startWatches opens n watches over the namespaces from rv, spread over `conns` connections.
-func startWatches(ctx context.Context, o options, rv string, rec *latencies) *watches {
+func startWatches(ctx context.Context, o options, rv string, rec *latency.Recorder) *watches {
 	w := &watches{latency: rec}
 	var apis []*api
 	for i := 0; i < o.watchConns; i++ {
@@ -52,7 +53,7 @@ func (w *watches) follow(ctx context.Context, a *api, ns, rv string) {
 			return
 		}
 		if err != nil {
-			w.latency.add(0, fmt.Errorf("watch of %s from %s: %w", ns, rv, err))
+			w.latency.Add(0, fmt.Errorf("watch of %s from %s: %w", ns, rv, err))
 			time.Sleep(100 * time.Millisecond)
 		}
 		rv = next
@@ -87,7 +88,7 @@ func (w *watches) stream(ctx context.Context, a *api, ns, rv string) (string, er
 			return rv, fmt.Errorf("watch error event (a 410 Gone is a resourceVersion compacted away)")
 		case "MODIFIED":
 			if at, ok := stamped(&ev.Object); ok {
-				w.latency.add(time.Since(at), nil)
+				w.latency.Add(time.Since(at), nil)
 				w.delivered.Add(1)
 			}
 		}

@@ -19,6 +19,7 @@
 package main
 
 import (
+	"concord.local/controlplane-bench/latency"
 	"context"
 	"encoding/json"
 	"flag"
@@ -119,7 +120,7 @@ func run(o options) (map[string]any, bool) {
 	if err := a.do(ctx, "GET", "/api/v1/configmaps?limit=1", nil, &page); err != nil {
 		return fail("the resourceVersion after loading", err)
 	}
-	var watchLat latencies
+	var watchLat latency.Recorder
 	w := startWatches(ctx, o, page.Metadata.ResourceVersion, &watchLat)
 	time.Sleep(time.Second) // the watches are established
 
@@ -137,12 +138,12 @@ func run(o options) (map[string]any, bool) {
 		return fail("the final list", err)
 	}
 	secs := o.duration.Seconds()
-	report["update"] = res.update.summary()
+	report["update"] = res.update.Summary()
 	report["update_conflicts"] = res.conflicts.Load()
-	report["list"] = res.list.summary()
+	report["list"] = res.list.Summary()
 	report["list_incomplete"] = res.incomplete.Load()
-	report["event"] = res.event.summary()
-	report["watch"] = watchLat.summary()
+	report["event"] = res.event.Summary()
+	report["watch"] = watchLat.Summary()
 	// Each acknowledged update is one event on every watch of its namespace.
 	expected := int64(0)
 	for k := range res.updatesIn {
@@ -157,7 +158,16 @@ func run(o options) (map[string]any, bool) {
 	report["server_peak_rss_mib"] = float64(servers1.hwm) / (1 << 20)
 	report["apiserver_cpu_cores"] = (api1.cpu - api0.cpu) / secs
 	report["apiserver_rss_mib"] = float64(api1.rss) / (1 << 20)
-	ok := lost == 0 && res.incomplete.Load() == 0 && res.update.errors == 0 && res.list.errors == 0 &&
-		res.event.errors == 0 && watchLat.errors == 0 && w.delivered.Load() == expected
+	ok := lost == 0 && res.incomplete.Load() == 0 && failures(&res.update, &res.list, &res.event, &watchLat) == 0 && w.delivered.Load() == expected
 	return report, ok
+}
+
+// failures is how many operations failed among the recorders.
+func failures(recs ...*latency.Recorder) int {
+	n := 0
+	for _, r := range recs {
+		failed, _ := r.Errors()
+		n += failed
+	}
+	return n
 }

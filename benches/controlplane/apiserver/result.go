@@ -2,49 +2,9 @@ package main
 
 import (
 	"os"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 )
-
-// latencies collects the latencies (and failures) of one kind of operation.
-type latencies struct {
-	mu         sync.Mutex
-	samples    []time.Duration
-	errors     int
-	firstError string
-}
-
-// add records one operation: its latency, or its error.
-func (l *latencies) add(d time.Duration, err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err != nil {
-		l.errors++
-		if l.firstError == "" {
-			l.firstError = err.Error()
-		}
-		return
-	}
-	l.samples = append(l.samples, d)
-}
-
-// summary is count, errors, p50 and p99 in milliseconds.
-func (l *latencies) summary() map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	sort.Slice(l.samples, func(i, j int) bool { return l.samples[i] < l.samples[j] })
-	at := func(p float64) float64 {
-		if len(l.samples) == 0 {
-			return 0
-		}
-		return float64(l.samples[int(p/100*float64(len(l.samples)-1))]) / float64(time.Millisecond)
-	}
-	return map[string]any{"ok": len(l.samples), "errors": l.errors, "first_error": l.firstError,
-		"p50_ms": at(50), "p99_ms": at(99), "max_ms": at(100)}
-}
 
 // procStats are CPU seconds (user + system) and resident memory of processes, from /proc.
 type procStats struct {

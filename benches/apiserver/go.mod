@@ -1,3 +1,0 @@
-module concord.local/apiserver-load
-
-go 1.26.8
