@@ -177,21 +177,23 @@ func offer(ctx context.Context, a *api, o options, objs []*object) *offered {
 }
 
 // verify lists every object once more and counts those not at the resourceVersion of their
-// last acknowledged write.
+// last acknowledged write (missing ones included), and any listed object the load never wrote.
 func verify(ctx context.Context, a *api, o options, objs []*object) (int, error) {
 	listed, err := a.listAll(ctx, "", o.page)
 	if err != nil {
 		return 0, err
 	}
-	want := make(map[string]string, len(objs))
-	for _, obj := range objs {
-		want[obj.ns+"/"+obj.name] = obj.rv
-	}
-	lost := len(objs) - len(listed)
+	got := make(map[string]string, len(listed))
 	for _, m := range listed {
-		if rv, ok := want[m.Namespace+"/"+m.Name]; !ok || rv != m.ResourceVersion {
+		got[m.Namespace+"/"+m.Name] = m.ResourceVersion
+	}
+	lost := 0
+	for _, obj := range objs {
+		key := obj.ns + "/" + obj.name
+		if rv, ok := got[key]; !ok || rv != obj.rv {
 			lost++
 		}
+		delete(got, key)
 	}
-	return lost, nil
+	return lost + len(got), nil
 }
