@@ -6,8 +6,9 @@ fresh clusters of every server are started with the same flags and fresh data di
 the workload runs on them alternately (etcd, Concord, etcd, Concord, ...: `--rounds` rounds) so
 that the machine's drift hits all alike. The table shows the medians, the ratios Concord/etcd,
 each server's CPU time per operation (from /proc, over the run) and the load generator's own
-CPU per operation against each (on a machine it shares with the server, a server that needs
-less CPU than the generator per operation cannot be more than a little faster). Then, at a fixed offered
+CPU per operation against each; a second table turns them into a CPU budget (how busy each run
+kept the machine, and the ratio the CPU per operation allows when both runs use every CPU: on
+a machine the generator shares, its CPU is in both). Then, at a fixed offered
 load (half of etcd 3.5.1's measured throughput at the last client count), the p99 latency of
 each. Then, unless `--memory-keys 0`: resident memory after loading that many 256-byte keys,
 the size on disk, and the time to restart a member holding them until it serves a

@@ -73,8 +73,9 @@ step "benchmark tools"
 python3 benches/compare.py --smoke --etcd-dir "$ref" --concord target/debug/concord --bench target/debug/concord-bench
 python3 benches/compare.py --smoke --auth --workloads put,lock --no-fixed --etcd-dir "$ref" \
   --concord target/debug/concord --bench target/debug/concord-bench
-(cd benches/controlplane && go vet ./... && go test ./... && go run . --server concord=../../target/debug/concord \
-  --server etcd-3.6="$ref/../etcd-3.6/etcd" --objects 500 --duration 2s --watches 10 --update-rate 20)
+(cd benches/controlplane && go vet ./... && go test ./... &&
+  go run . --server concord=../../target/debug/concord --server etcd-3.6="$ref/../etcd-3.6/etcd" \
+    --objects 500 --duration 2s --watches 10 --update-rate 20)
 step "waiting for the Kubernetes storage, migration and Helm chart tests"
 if ! wait "$storage"; then
   tail -n 200 target/k8s-storage.log

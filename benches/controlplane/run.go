@@ -1,7 +1,6 @@
 package main
 
 import (
-	"concord.local/controlplane-bench/latency"
 	"context"
 	"fmt"
 	"math/rand"
@@ -10,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"concord.local/controlplane-bench/latency"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

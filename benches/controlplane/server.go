@@ -8,10 +8,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
+	"concord.local/controlplane-bench/proc"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -96,36 +96,10 @@ func (s *server) stop() {
 }
 
 // rssMiB is the server's resident memory in MiB (0 if unknown).
-func (s *server) rssMiB() float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
+func (s *server) rssMiB() float64 { return float64(proc.Read(s.cmd.Process.Pid).RSS) / (1 << 20) }
 
 // cpuSeconds is the server's user and system CPU time so far.
-func (s *server) cpuSeconds() float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	// The fields after the command name (which may hold spaces) start at state (field 3).
-	text := string(data)
-	fields := strings.Fields(text[strings.LastIndexByte(text, ')')+2:])
-	if len(fields) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	return (utime + stime) / 100 // USER_HZ
-}
+func (s *server) cpuSeconds() float64 { return proc.Read(s.cmd.Process.Pid).CPU }
 
 // freePorts returns n TCP ports that were free a moment ago.
 func freePorts(n int) ([]int, error) {

@@ -9,9 +9,10 @@ client count, medians over the rounds: puts/s, MB/s of values, p50 and p99, serv
 the bytes each server wrote to storage per put (its `/proc/<pid>/io` write_bytes), and
 Concord's ratio to each etcd. Large values make both servers write at the disk's bandwidth, and
 on a virtual disk whose bandwidth a host rations that bandwidth moves within a run: bytes
-written per put is what a server decides, puts/s partly what the disk allows at that moment. Concord and etcd 3.6 fsync every put before they acknowledge
-it; etcd 3.5.1 with one member acknowledges while its WAL fsync is still running (etcd issue
-14370, fixed in 3.5.5), so its one-client numbers are not a durable server's.
+written per put is what a server decides, puts/s partly what the disk allows at that moment.
+Concord and etcd 3.6 fsync every put before they acknowledge it; etcd 3.5.1 with one member
+acknowledges while its WAL fsync is still running (etcd issue 14370, fixed in 3.5.5), so its
+one-client numbers are not a durable server's.
 
     benches/large/large_values.py --etcd-dir .etcd-ref/bin/etcd-ref \\
         [--etcd36-dir .etcd-ref/bin/etcd-3.6] \\

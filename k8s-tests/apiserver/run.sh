@@ -4,9 +4,9 @@
 # (benches/controlplane/apiserver/run.py: updates, paginated lists, watches and Events, checking
 # that no acknowledged update is lost, every list is whole and every watch sees every update), if
 # kube-apiserver and kubectl were built from this go.sum (build.sh, into ~/.cache/concord-kube or
-# $CONCORD_KUBE_DIR).
-# Otherwise it says how to build them and passes: their first build takes about 7 minutes, more
-# than a fresh machine's CI run can spare; with --build it builds them first.
+# $CONCORD_KUBE_DIR). Otherwise it says how to build them and passes: their first build takes
+# about 7 minutes, more than a fresh machine's CI run can spare; with --build it builds them
+# first.
 #
 #   k8s-tests/apiserver/run.sh SERVER [--build]
 set -euo pipefail

@@ -149,10 +149,11 @@ type listPage struct {
 
 // listAll reads every ConfigMap of the load in namespace ns (of every namespace if ns is "")
 // in pages of `limit` (`limit` and `continue`, as kubectl and informers list; with a label
-// selector, which kube-apiserver applies to what it reads) and returns their metadata.
-func (a *api) listAll(ctx context.Context, ns string, limit int64) ([]meta, error) {
+// selector, which kube-apiserver applies to what it reads) and returns their metadata and the
+// list's resourceVersion (the first page's, to which the others are pinned).
+func (a *api) listAll(ctx context.Context, ns string, limit int64) ([]meta, string, error) {
 	var all []meta
-	cont := ""
+	rv, cont := "", ""
 	prefix := "/api/v1/configmaps"
 	if ns != "" {
 		prefix = "/api/v1/namespaces/" + ns + "/configmaps"
@@ -164,13 +165,16 @@ func (a *api) listAll(ctx context.Context, ns string, limit int64) ([]meta, erro
 		}
 		var page listPage
 		if err := a.do(ctx, http.MethodGet, path, nil, &page); err != nil {
-			return all, err
+			return all, rv, err
+		}
+		if rv == "" {
+			rv = page.Metadata.ResourceVersion
 		}
 		for _, it := range page.Items {
 			all = append(all, it.Metadata)
 		}
 		if page.Metadata.Continue == "" {
-			return all, nil
+			return all, rv, nil
 		}
 		cont = page.Metadata.Continue
 	}

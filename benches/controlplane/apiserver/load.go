@@ -1,13 +1,14 @@
 package main
 
 import (
-	"concord.local/controlplane-bench/latency"
 	"context"
 	"fmt"
 	"math/rand"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"concord.local/controlplane-bench/latency"
 )
 
 // object is one loaded ConfigMap: where it is and the resourceVersion of its last acknowledged
@@ -153,7 +154,7 @@ func offer(ctx context.Context, a *api, o options, objs []*object) *offered {
 	var lists atomic.Int64
 	list := func(at time.Time) {
 		k := int(lists.Add(1)-1) % o.namespaces
-		got, err := a.listAll(ctx, namespace(k), o.page)
+		got, _, err := a.listAll(ctx, namespace(k), o.page)
 		if want := objectsIn(o, k); err == nil && len(got) != want {
 			res.incomplete.Add(1)
 			err = fmt.Errorf("a list of %s returned %d of %d objects", namespace(k), len(got), want)
@@ -179,7 +180,7 @@ func offer(ctx context.Context, a *api, o options, objs []*object) *offered {
 // verify lists every object once more and counts those not at the resourceVersion of their
 // last acknowledged write (missing ones included), and any listed object the load never wrote.
 func verify(ctx context.Context, a *api, o options, objs []*object) (int, error) {
-	listed, err := a.listAll(ctx, "", o.page)
+	listed, _, err := a.listAll(ctx, "", o.page)
 	if err != nil {
 		return 0, err
 	}

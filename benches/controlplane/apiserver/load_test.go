@@ -19,6 +19,7 @@ func listServer(t *testing.T, items []meta) *httptest.Server {
 			start = int(c[0] - '0')
 		}
 		var page listPage
+		page.Metadata.ResourceVersion = "10"
 		for i := start; i < len(items) && i < start+2; i++ {
 			page.Items = append(page.Items, struct {
 				Metadata meta `json:"metadata"`
@@ -70,5 +71,15 @@ func TestWatchesAndObjectsSpreadOverNamespaces(t *testing.T) {
 	// object i is in namespace i % namespaces, watch i follows namespace i % namespaces
 	if objectsIn(o, 0) != 4 || objectsIn(o, 2) != 3 || watchesOn(o, 0) != 3 || watchesOn(o, 1) != 2 {
 		t.Fatal("the counts per namespace do not follow i % namespaces")
+	}
+}
+
+func TestListAllFollowsContinueTokensAndReturnsTheListsVersion(t *testing.T) {
+	items := []meta{{Namespace: "a", Name: "x"}, {Namespace: "a", Name: "y"}, {Namespace: "b", Name: "z"}}
+	srv := listServer(t, items)
+	defer srv.Close()
+	got, rv, err := newAPI(srv.URL, "t").listAll(context.Background(), "", 2)
+	if err != nil || len(got) != len(items) || got[2].Name != "z" || rv != "10" {
+		t.Fatalf("listAll: %d items (%v), resourceVersion %q, %v", len(got), got, rv, err)
 	}
 }

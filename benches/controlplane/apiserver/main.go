@@ -19,7 +19,6 @@
 package main
 
 import (
-	"concord.local/controlplane-bench/latency"
 	"context"
 	"encoding/json"
 	"flag"
@@ -28,6 +27,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"concord.local/controlplane-bench/latency"
+	"concord.local/controlplane-bench/proc"
 )
 
 // options are the command line.
@@ -112,21 +114,18 @@ func run(o options) (map[string]any, bool) {
 		return fail("loading", err)
 	}
 	report["load_s"] = time.Since(started).Seconds()
-	listed, err := a.listAll(ctx, "", o.page)
+	// The watches start where this list ends, as an informer's do.
+	listed, rv, err := a.listAll(ctx, "", o.page)
 	if err != nil || len(listed) != o.objects {
 		return fail("the list after loading", fmt.Errorf("%d objects, %v", len(listed), err))
 	}
-	var page listPage
-	if err := a.do(ctx, "GET", "/api/v1/configmaps?limit=1", nil, &page); err != nil {
-		return fail("the resourceVersion after loading", err)
-	}
 	var watchLat latency.Recorder
-	w := startWatches(ctx, o, page.Metadata.ResourceVersion, &watchLat)
+	w := startWatches(ctx, o, rv, &watchLat)
 	time.Sleep(time.Second) // the watches are established
 
-	servers0, api0 := readProcs(o.serverPids), readProcs(o.apiserverPids)
+	servers0, api0 := proc.Read(o.serverPids...), proc.Read(o.apiserverPids...)
 	res := offer(ctx, a, o, objs)
-	servers1, api1 := readProcs(o.serverPids), readProcs(o.apiserverPids)
+	servers1, api1 := proc.Read(o.serverPids...), proc.Read(o.apiserverPids...)
 	time.Sleep(2 * time.Second) // the last events reach the watches
 	cancel()
 	w.wg.Wait()
@@ -153,12 +152,13 @@ func run(o options) (map[string]any, bool) {
 	report["watch_expected"] = expected
 	report["watch_restarts"] = w.restarts.Load()
 	report["lost_updates"] = lost
-	report["server_cpu_cores"] = (servers1.cpu - servers0.cpu) / secs
-	report["server_rss_mib"] = float64(servers1.rss) / (1 << 20)
-	report["server_peak_rss_mib"] = float64(servers1.hwm) / (1 << 20)
-	report["apiserver_cpu_cores"] = (api1.cpu - api0.cpu) / secs
-	report["apiserver_rss_mib"] = float64(api1.rss) / (1 << 20)
-	ok := lost == 0 && res.incomplete.Load() == 0 && failures(&res.update, &res.list, &res.event, &watchLat) == 0 && w.delivered.Load() == expected
+	report["server_cpu_cores"] = (servers1.CPU - servers0.CPU) / secs
+	report["server_rss_mib"] = float64(servers1.RSS) / (1 << 20)
+	report["server_peak_rss_mib"] = float64(servers1.HWM) / (1 << 20)
+	report["apiserver_cpu_cores"] = (api1.CPU - api0.CPU) / secs
+	report["apiserver_rss_mib"] = float64(api1.RSS) / (1 << 20)
+	ok := lost == 0 && res.incomplete.Load() == 0 && w.delivered.Load() == expected &&
+		failures(&res.update, &res.list, &res.event, &watchLat) == 0
 	return report, ok
 }
 

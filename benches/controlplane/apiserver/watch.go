@@ -1,7 +1,6 @@
 package main
 
 import (
-	"concord.local/controlplane-bench/latency"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"concord.local/controlplane-bench/latency"
 )
 
 // watchEvent is one line of a watch stream.
