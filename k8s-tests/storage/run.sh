@@ -22,8 +22,9 @@ mkdir -p "$work"
 work=$(realpath "$work")
 [[ $# -gt 0 ]] || { echo "usage: $0 [--work DIR] NAME=BINARY[:MEMBERS[:PACKAGE,...]] ..." >&2; exit 2; }
 # Test packages: apiserver's two storage packages, and ours: large objects on a shared
-# connection (the defect kube-apiserver once met), and several apiservers on one cluster, a
-# leader kill under a list+watch, and the Go client's concurrency recipes (controlplane).
+# connection and on fresh ones with every HTTP/2 frame checked (the defect kube-apiserver once
+# met), and several apiservers on one cluster, a leader kill under a list+watch, and the Go
+# client's concurrency recipes (controlplane).
 declare -A import=(
   [etcd3]=k8s.io/apiserver/pkg/storage/etcd3
   [cacher]=k8s.io/apiserver/pkg/storage/cacher
@@ -53,6 +54,8 @@ go mod edit -modfile "$work/go.mod" -replace "k8s.io/apiserver=$work/apiserver"
 for p in "${packages[@]}"; do
   go test -modfile "$work/go.mod" -c -o "$work/$p.test" "${import[$p]}"
 done
+# The frame checker that largeobjects' tests pass every connection through, checked itself.
+go vet ./wirecheck && go test ./wirecheck
 
 pids=()
 for spec in "${specs[@]}"; do

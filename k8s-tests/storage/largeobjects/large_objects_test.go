@@ -18,6 +18,7 @@ import (
 
 	"concord.local/k8s-storage/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 const (
@@ -30,15 +31,23 @@ const (
 // TestLargeObjectsOnOneConnectionWithAWatch has writers put 100 KiB objects (overwrites, so
 // every event carries 200 KiB with its prev_kv) and read each back with a linearizable get, all
 // over the one connection of one client on which a prev_kv watch of the prefix receives every
-// event. Every get must return exactly the value written, and the watch every event.
+// event. Every get must return exactly the value written, and the watch every event; every
+// frame the server sends must pass the wire check (see TestFreshConnectionsPassTheWireCheck).
 func TestLargeObjectsOnOneConnectionWithAWatch(t *testing.T) {
 	cfg := testserver.NewTestConfig(t)
 	cfg.MaxRequestBytes = 1 << 20
-	client := testserver.RunEtcd(t, cfg).Client
+	endpoints, checked := throughWireCheck(t, testserver.StartCluster(t, cfg))
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints: endpoints, DialTimeout: 10 * time.Second, Logger: zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	start, err := client.Get(ctx, "/registry/large/")
+	start, err := client.Get(ctx, "/registry/large/", clientv3.WithCountOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +55,7 @@ func TestLargeObjectsOnOneConnectionWithAWatch(t *testing.T) {
 		clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithRev(start.Header.Revision+1))
 	want := writers * rounds
 	seen := make(chan error, 1)
-	go func() { seen <- countEvents(watch, want) }()
+	go func() { seen <- countEvents(watch, want, 0) }()
 
 	var wg sync.WaitGroup
 	failures := make(chan error, writers)
@@ -72,6 +81,8 @@ func TestLargeObjectsOnOneConnectionWithAWatch(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Errorf("the watch did not deliver %d events within a minute of the last write", want)
 	}
+	totals := checked()
+	t.Logf("checked %d DATA frames (%d MiB)", totals.DataFrames, totals.DataBytes>>20)
 }
 
 // writeAndRead puts `rounds` values of its own over the shared keys and gets each back.
@@ -99,10 +110,12 @@ func writeAndRead(ctx context.Context, client *clientv3.Client, w int) error {
 	return nil
 }
 
-// countEvents reads the watch until it has delivered `want` events, each a whole 100 KiB value.
-func countEvents(watch clientv3.WatchChan, want int) error {
+// countEvents reads the watch until it has delivered `want` events, each a whole 100 KiB value,
+// pausing before each response it takes.
+func countEvents(watch clientv3.WatchChan, want int, pause time.Duration) error {
 	n := 0
 	for resp := range watch {
+		time.Sleep(pause)
 		if err := resp.Err(); err != nil {
 			return fmt.Errorf("watch ended after %d events: %w", n, err)
 		}
