@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Where a put's tail latency goes at a fixed offered load: each server's own disk histograms.
+
+At a fixed rate of puts (one node, 64 clients over 8 connections by default), every server
+(Concord, etcd 3.5.1, etcd 3.6 if given) runs alternately, fresh each round, and its
+/metrics are read before and after the measured window. Both expose etcd's
+`etcd_disk_wal_fsync_duration_seconds` (Raft log syncs) and
+`etcd_disk_backend_commit_duration_seconds` (state commits), so the table sets the clients' p50,
+p99 and max beside how many syncs and commits the server made per second and their own p50/p99
+(from the histogram buckets, 1, 2, 4, 8 ms ...: a quantile is read as the upper bound of its
+bucket, interpolated within it), and how busy the run kept the machine's CPUs (server and load
+generator, from /proc). If the log syncs' p99 is the puts' p99, the disk sets the tail; if the
+puts' tail is far above the syncs', something else does.
+
+Usage (from the repository root, release build):
+  python3 benches/round2/write_tail.py --rate 15000 [--etcd36-dir .etcd-ref/bin/etcd-3.6]
+      [--rounds 2] [--duration 10s] [--clients 64] [--workload put]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import compare  # noqa: E402  (the cluster and bench runners)
+
+HISTOGRAMS = {
+    "fsync": "etcd_disk_wal_fsync_duration_seconds",
+    "commit": "etcd_disk_backend_commit_duration_seconds",
+}
+
+
+def scrape(url: str) -> dict[str, dict[float, float]]:
+    """Each histogram's cumulative bucket counts (le -> count), +Inf included."""
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out: dict[str, dict[float, float]] = {k: {} for k in HISTOGRAMS}
+    for line in text.splitlines():
+        for key, name in HISTOGRAMS.items():
+            if line.startswith(name + "_bucket{"):
+                le = line.split('le="', 1)[1].split('"', 1)[0]
+                out[key][float("inf") if le == "+Inf" else float(le)] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def quantile(before: dict[float, float], after: dict[float, float], q: float) -> tuple[float, float]:
+    """(count, q-quantile in ms) of the observations between two scrapes."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]
+    total = counts[-1] if counts else 0.0
+    if total <= 0:
+        return 0.0, float("nan")
+    want, lower, below = q * total, 0.0, 0.0
+    for b, c in zip(bounds, counts):
+        if c >= want:
+            if b == float("inf"):
+                return total, lower * 1000
+            share = (want - below) / (c - below) if c > below else 1.0
+            return total, (lower + (b - lower) * share) * 1000
+        lower, below = b, c
+    return total, lower * 1000
+
+
+def one(args, label: str, binary: str) -> dict:
+    c = compare.Cluster(binary, 1, args.root, label)
+    try:
+        c.start()
+        c.wait_ready()
+        before = scrape(c.client[0])
+        res = compare.bench(args, c, args.workload, [
+            "--rate", str(args.rate), "--clients", str(args.clients),
+            "--conns", str(compare.conns_for(args.clients))])
+        after = scrape(c.client[0])
+    finally:
+        c.remove()
+    seconds = res["ops"] / res["ops_per_sec"] if res["ops_per_sec"] else 1.0
+    row = {"ops/s": res["ops_per_sec"], "p50": res["p50_ms"], "p99": res["p99_ms"],
+           "p99.9": res["p999_ms"], "max": res["max_ms"],
+           "busy %": 100 * (res["server_cpu_seconds"] + res["client_cpu_seconds"]) / seconds / compare.CPUS}
+    for key in HISTOGRAMS:
+        n, p50 = quantile(before[key], after[key], 0.5)
+        _, p99 = quantile(before[key], after[key], 0.99)
+        row[key + "/s"], row[key + " p50"], row[key + " p99"] = n / seconds, p50, p99
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    ap.add_argument("--etcd-dir", default=os.path.join(here, ".etcd-ref/bin/etcd-ref"))
+    ap.add_argument("--etcd36-dir", default=None)
+    ap.add_argument("--concord", default=os.path.join(here, "target/release/concord"))
+    ap.add_argument("--bench", default=os.path.join(here, "target/release/concord-bench"))
+    ap.add_argument("--rate", type=int, required=True, help="offered ops/s")
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--workload", default="put")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--duration", default="10s")
+    ap.add_argument("--root", default="/var/tmp")
+    args = ap.parse_args()
+    args.plain, args.auth, args.keep_servers = False, False, False
+    servers = [("concord", args.concord), ("etcd", os.path.join(args.etcd_dir, "etcd"))]
+    if args.etcd36_dir:
+        servers.append(("etcd36", os.path.join(args.etcd36_dir, "etcd")))
+    runs: dict[str, list[dict]] = {label: [] for label, _ in servers}
+    for r in range(args.rounds):
+        for label, binary in servers:
+            row = one(args, label, binary)
+            runs[label].append(row)
+            print(f"round {r + 1} {compare.NAMES[label]}: " + ", ".join(
+                f"{k} {v:.2f}" for k, v in row.items()), flush=True)
+    keys = list(runs[servers[0][0]][0])
+    print(f"\n{args.workload} at {args.rate}/s offered, one node, {args.clients} clients, "
+          f"{args.rounds} rounds of {args.duration} (medians; latencies in ms)\n")
+    print("| server | " + " | ".join(keys) + " |")
+    print("|---|" + "---|" * len(keys))
+    for label, _ in servers:
+        print(f"| {compare.NAMES[label]} | " + " | ".join(
+            f"{statistics.median(r[k] for r in runs[label]):.2f}" for k in keys) + " |")
+
+
+if __name__ == "__main__":
+    main()
