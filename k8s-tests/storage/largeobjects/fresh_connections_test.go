@@ -18,7 +18,7 @@ import (
 // freshRounds is how many objects each fresh client writes and reads before it closes.
 const freshRounds = 3
 
-// TestFreshConnectionsPassTheWireCheck repeats the pattern of the test above on new
+// TestFreshConnectionsPassTheWireCheck repeats TestLargeObjectsOnOneConnectionWithAWatch on new
 // connections, over and over, through a proxy that checks every HTTP/2 frame the server sends
 // (wirecheck): a new connection is where grpc-go's flow-control windows change (its BDP
 // estimator raises them while the first large messages arrive), and the once-seen error came
