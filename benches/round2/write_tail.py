@@ -9,8 +9,11 @@ At a fixed rate of puts (one node, 64 clients over 8 connections by default), ev
 p99 and max beside how many syncs and commits the server made per second and their own p50/p99
 (from the histogram buckets, 1, 2, 4, 8 ms ...: a quantile is read as the upper bound of its
 bucket, interpolated within it), and how busy the run kept the machine's CPUs (server and load
-generator, from /proc). If the log syncs' p99 is the puts' p99, the disk sets the tail; if the
-puts' tail is far above the syncs', something else does.
+generator, from /proc), and the share of calls that took their server's handler over 5 and
+10 ms (`grpc_server_handling_seconds`, request to response headers; etcd is started with
+`--metrics extensive` for it, Concord always has it). If the log syncs' p99 is the puts' p99,
+the disk sets the tail; if the handlers are fast while the clients' tail is long, the time is
+spent outside the servers' handlers (HTTP/2, the generator).
 
 Usage (from the repository root, release build):
   python3 benches/round2/write_tail.py --rate 15000 [--etcd36-dir .etcd-ref/bin/etcd-3.6]
@@ -33,17 +36,41 @@ HISTOGRAMS = {
 }
 
 
-def scrape(url: str) -> dict[str, dict[float, float]]:
-    """Each histogram's cumulative bucket counts (le -> count), +Inf included."""
+# The gRPC method each workload times (`grpc_server_handling_seconds`).
+METHODS = {"put": "Put", "put-new": "Put", "txn-cas": "Txn", "range": "Range"}
+
+
+def scrape(url: str, method: str) -> dict[str, dict[float, float]]:
+    """Each histogram's cumulative bucket counts (le -> count), +Inf included; "handler" is
+    `grpc_server_handling_seconds` of `method`."""
     with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
         text = r.read().decode()
-    out: dict[str, dict[float, float]] = {k: {} for k in HISTOGRAMS}
+    names = {**HISTOGRAMS, "handler": "grpc_server_handling_seconds"}
+    out: dict[str, dict[float, float]] = {k: {} for k in names}
     for line in text.splitlines():
-        for key, name in HISTOGRAMS.items():
-            if line.startswith(name + "_bucket{"):
-                le = line.split('le="', 1)[1].split('"', 1)[0]
-                out[key][float("inf") if le == "+Inf" else float(le)] = float(line.rsplit(" ", 1)[1])
+        for key, name in names.items():
+            if not line.startswith(name + "_bucket{"):
+                continue
+            if key == "handler" and f'grpc_method="{method}"' not in line:
+                continue
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            out[key][float("inf") if le == "+Inf" else float(le)] = float(line.rsplit(" ", 1)[1])
     return out
+
+
+def share_over(before: dict[float, float], after: dict[float, float], bound: float) -> float:
+    """The percentage of the observations between two scrapes above `bound` seconds."""
+    total = after.get(float("inf"), 0.0) - before.get(float("inf"), 0.0)
+    under = after.get(bound, 0.0) - before.get(bound, 0.0)
+    return 100 * (total - under) / total if total > 0 else float("nan")
+
+
+class Extensive(compare.Cluster):
+    """A cluster whose members time every gRPC call: etcd needs `--metrics extensive` for
+    `grpc_server_handling_seconds`; Concord always has it and accepts the flag."""
+
+    def argv(self, i: int) -> list[str]:
+        return [*super().argv(i), "--metrics", "extensive"]
 
 
 def quantile(before: dict[float, float], after: dict[float, float], q: float) -> tuple[float, float]:
@@ -65,15 +92,16 @@ def quantile(before: dict[float, float], after: dict[float, float], q: float) ->
 
 
 def one(args, label: str, binary: str) -> dict:
-    c = compare.Cluster(binary, 1, args.root, label)
+    c = Extensive(binary, 1, args.root, label)
+    method = METHODS.get(args.workload, "Put")
     try:
         c.start()
         c.wait_ready()
-        before = scrape(c.client[0])
+        before = scrape(c.client[0], method)
         res = compare.bench(args, c, args.workload, [
             "--rate", str(args.rate), "--clients", str(args.clients),
             "--conns", str(compare.conns_for(args.clients))])
-        after = scrape(c.client[0])
+        after = scrape(c.client[0], method)
     finally:
         c.remove()
     seconds = res["ops"] / res["ops_per_sec"] if res["ops_per_sec"] else 1.0
@@ -84,6 +112,9 @@ def one(args, label: str, binary: str) -> dict:
         n, p50 = quantile(before[key], after[key], 0.5)
         _, p99 = quantile(before[key], after[key], 0.99)
         row[key + "/s"], row[key + " p50"], row[key + " p99"] = n / seconds, p50, p99
+    # The handler's buckets are grpc-prometheus's (5, 10, 25 ms ...), so its tail is a share.
+    row["handler >5ms %"] = share_over(before["handler"], after["handler"], 0.005)
+    row["handler >10ms %"] = share_over(before["handler"], after["handler"], 0.01)
     return row
 
 
