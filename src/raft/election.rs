@@ -289,12 +289,11 @@ impl RaftNode {
     /// Whether this member leads and has heard from a majority within an election timeout,
     /// judged now (not at the elector's last tick, which may not have run yet after a pause).
     pub(super) fn leads_with_quorum(&self) -> bool {
-        self.raft.metrics().borrow().current_leader == Some(self.id) && self.quorum_heard()
+        self.metrics_now().current_leader == Some(self.id) && self.quorum_heard()
     }
 
     fn quorum_heard(&self) -> bool {
-        let m = self.raft.metrics();
-        let m = m.borrow();
+        let m = self.metrics_now();
         let membership = m.membership_config.membership();
         membership.get_joint_config().iter().all(|voters| {
             let heard = voters

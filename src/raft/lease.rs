@@ -84,7 +84,7 @@ impl RaftNode {
         if !leads() {
             return Err(Error::LeaderChanged);
         }
-        let term = self.raft.metrics().borrow().current_term;
+        let term = self.metrics_now().current_term;
         let _gate = self.checkpoint_gate.read().await;
         let Some((ttl, checkpointed)) = self.mvcc.with_lease(id, |l| (l.ttl, l.remaining)) else {
             return Ok(0);

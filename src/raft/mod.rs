@@ -62,6 +62,9 @@ const SNAPSHOT_INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
 /// The openraft handle.
 pub type Raft = openraft::Raft<TypeConfig>;
 
+/// openraft's metrics: its view of leader, term, log and membership.
+type Metrics = openraft::RaftMetrics<u64, BasicNode>;
+
 /// Timing and limits of the Raft member, from etcd's flags.
 #[derive(Clone, Debug)]
 pub struct RaftOptions {
@@ -105,6 +108,9 @@ pub struct RaftNode {
     /// The cluster id, derived from the initial members.
     pub cluster_id: u64,
     raft: Raft,
+    /// openraft's metrics channel, held: `raft.metrics()` clones a receiver (and drops it)
+    /// on every call, which cost more than the read itself on every request.
+    metrics: tokio::sync::watch::Receiver<Metrics>,
     mvcc: Arc<MvccStore>,
     auth: Arc<crate::auth::AuthStore>,
     hub: Arc<WatchHub>,
@@ -230,6 +236,7 @@ impl RaftNode {
         let node = Arc::new(RaftNode {
             id,
             cluster_id,
+            metrics: raft.metrics(),
             raft,
             mvcc,
             auth,
@@ -347,7 +354,12 @@ impl RaftNode {
 
     /// The current Raft term.
     pub fn term(&self) -> u64 {
-        self.raft.metrics().borrow().current_term
+        self.metrics_now().current_term
+    }
+
+    /// openraft's latest metrics, read in place.
+    fn metrics_now(&self) -> tokio::sync::watch::Ref<'_, Metrics> {
+        self.metrics.borrow()
     }
 
     /// The leader this member knows of, if any. A leader that has lost touch with a majority
@@ -355,7 +367,7 @@ impl RaftNode {
     /// follower whose leader has been silent that long (etcd's pre-candidate): see
     /// `election.rs`.
     pub fn leader(&self) -> Option<u64> {
-        let leader = self.raft.metrics().borrow().current_leader;
+        let leader = self.metrics_now().current_leader;
         let lost = if leader == Some(self.id) {
             self.elector.quorum_lost()
         } else {
@@ -369,16 +381,12 @@ impl RaftNode {
 
     /// The last applied log index.
     pub fn applied_index(&self) -> u64 {
-        self.raft
-            .metrics()
-            .borrow()
-            .last_applied
-            .map_or(0, |l| l.index)
+        self.metrics_now().last_applied.map_or(0, |l| l.index)
     }
 
     /// The last log index.
     pub fn last_log_index(&self) -> u64 {
-        self.raft.metrics().borrow().last_log_index.unwrap_or(0)
+        self.metrics_now().last_log_index.unwrap_or(0)
     }
 
     /// Every member: id → peer URL, and the set of voters.

@@ -107,7 +107,7 @@ impl RaftNode {
     /// # Errors
     /// [`Error::LeaderChanged`] when this member does not lead, else those of a round.
     pub(super) async fn leader_read_index(&self) -> Result<u64> {
-        if self.raft.metrics().borrow().current_leader != Some(self.id) {
+        if self.metrics_now().current_leader != Some(self.id) {
             return Err(Error::LeaderChanged);
         }
         self.reads.read_index().await
