@@ -11,7 +11,9 @@
 # PACKAGEs are etcd3, cacher, largeobjects and controlplane (default: all). Every test gets a fresh
 # cluster of MEMBERS (default 1) processes of BINARY; see
 # testserver/test_server.go, which is compiled over apiserver's test server (the Kubernetes
-# tests themselves are unchanged). All servers run at once (the tests mostly wait); a test that
+# tests themselves are unchanged); with STORAGE_SUITE_WIRECHECK=1 its clients reach the servers
+# through wirecheck, which fails a test on an HTTP/2 flow-control overrun or a stream ended in
+# the middle of a gRPC message. All servers run at once (the tests mostly wait); a test that
 # fails runs once more alone. Fails if a test fails on any server (twice), except a reference
 # etcd's failures for what its version lacks: see summarize.py, which prints the table.
 set -euo pipefail

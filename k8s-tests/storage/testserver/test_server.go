@@ -12,6 +12,9 @@
 // The environment chooses the server:
 //   - STORAGE_SUITE_SERVER: the server binary (Concord or etcd; both take etcd's flags).
 //   - STORAGE_SUITE_MEMBERS: how many members to start (default 1).
+//   - STORAGE_SUITE_WIRECHECK: when set, clients reach each member through a wirecheck proxy,
+//     and a test fails if the server broke HTTP/2 flow control or gRPC framing on its
+//     connections (a window overrun, a stream ended mid-message).
 package testserver
 
 import (
@@ -28,6 +31,7 @@ import (
 	"testing"
 	"time"
 
+	"concord.local/k8s-storage/wirecheck"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/kubernetes"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -53,6 +57,8 @@ type Cluster struct {
 	// Endpoints are the members' client URLs, member i's at index i.
 	Endpoints []string
 	members   []*exec.Cmd
+	// dial maps a member's URL to the one its clients dial (a wirecheck proxy's, if any).
+	dial map[string]string
 }
 
 // RunEtcd starts the server chosen by the environment (with cfg's settings, or the defaults
@@ -95,6 +101,9 @@ func StartCluster(t testing.TB, cfg *embed.Config) *Cluster {
 		cmd := startMember(t, binary, cfg, i, cluster.Endpoints[i], strings.Join(peers, ","))
 		cluster.members = append(cluster.members, cmd)
 	}
+	if os.Getenv("STORAGE_SUITE_WIRECHECK") != "" {
+		cluster.checkWire(t)
+	}
 	ready := cluster.Client(t)
 	waitServing(t, ready.Client, cluster.Endpoints)
 	_ = ready.Close() // its connections are of no more use; the test makes its own clients
@@ -127,10 +136,40 @@ func (c *Cluster) MemberClient(t testing.TB, i int) *kubernetes.Client {
 	return c.clientOf(t, c.Endpoints[i:i+1])
 }
 
+// checkWire puts a wirecheck proxy in front of each member for the clients made from now on,
+// and fails the test at its end if a member broke HTTP/2 flow control or gRPC framing.
+func (c *Cluster) checkWire(t testing.TB) {
+	c.dial = map[string]string{}
+	for _, e := range c.Endpoints {
+		p, err := wirecheck.Listen(strings.TrimPrefix(e, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.dial[e] = "http://" + p.Addr()
+		t.Cleanup(func() {
+			got := p.Totals()
+			t.Logf("wirecheck %s: %d connections, %d DATA frames checked", e, got.Conns, got.DataFrames)
+			for i, v := range p.Violations() {
+				if i < 3 {
+					t.Errorf("the server broke HTTP/2 flow control or gRPC framing: %s", v)
+				}
+			}
+			_ = p.Close()
+		})
+	}
+}
+
 func (c *Cluster) clientOf(t testing.TB, endpoints []string) *kubernetes.Client {
 	t.Helper()
+	var dialed []string
+	for _, e := range endpoints {
+		if d, ok := c.dial[e]; ok {
+			e = d
+		}
+		dialed = append(dialed, e)
+	}
 	client, err := kubernetes.New(clientv3.Config{
-		Endpoints:   endpoints,
+		Endpoints:   dialed,
 		DialTimeout: 10 * time.Second,
 		Logger:      zaptest.NewLogger(t, zaptest.Level(zapcore.ErrorLevel)).Named("etcd-client"),
 	})
