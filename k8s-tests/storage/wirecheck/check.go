@@ -191,7 +191,9 @@ func (c *Conn) FromServer(f Frame) {
 	case frameRSTStream:
 		c.ServerResets++
 		c.remember("server", f, "")
-		if s != nil && !s.reset {
+		// After its END_STREAM a server may still reset the stream to close the client's half
+		// (grpc-go's server does, with NO_ERROR, when the client has not half-closed).
+		if s != nil && !s.reset && !s.ended {
 			c.end(s, f, "RST_STREAM")
 		}
 	case frameGoAway:

@@ -114,3 +114,12 @@ func TestAStreamTheClientResetIsNotChecked(t *testing.T) {
 	c.FromServer(trailers(1))
 	expect(t, c)
 }
+
+func TestAResetAfterTheEndPasses(t *testing.T) {
+	c := NewConn()
+	open(c, 1)
+	c.FromServer(Frame{Type: frameData, Stream: 1, Payload: message(10)})
+	c.FromServer(trailers(1))
+	c.FromServer(Frame{Type: frameRSTStream, Stream: 1})
+	expect(t, c)
+}
