@@ -74,8 +74,11 @@ impl RaftNode {
     where
         F: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
-        let mut metrics = self.raft.metrics();
-        let moved = metrics.wait_for(|m| m.current_leader != Some(leader));
+        // openraft's server metrics change only with the vote, the leader or the membership
+        // (its full metrics are sent again after every log write and apply, and each send would
+        // wake this call while it waits for the leader's answer).
+        let mut server = self.raft.server_metrics();
+        let moved = server.wait_for(|m| m.current_leader != Some(leader));
         tokio::select! {
             reply = call => reply.map(tonic::Response::into_inner).map_err(|s| {
                 if undelivered(&s) {
