@@ -58,7 +58,8 @@ type Cluster struct {
 	Endpoints []string
 	members   []*exec.Cmd
 	// dial maps a member's URL to the one its clients dial (a wirecheck proxy's, if any).
-	dial map[string]string
+	dial    map[string]string
+	proxies []*wirecheck.Proxy
 }
 
 // RunEtcd starts the server chosen by the environment (with cfg's settings, or the defaults
@@ -102,7 +103,7 @@ func StartCluster(t testing.TB, cfg *embed.Config) *Cluster {
 		cluster.members = append(cluster.members, cmd)
 	}
 	if os.Getenv("STORAGE_SUITE_WIRECHECK") != "" {
-		cluster.checkWire(t)
+		cluster.CheckWire(t)
 	}
 	ready := cluster.Client(t)
 	waitServing(t, ready.Client, cluster.Endpoints)
@@ -136,27 +137,50 @@ func (c *Cluster) MemberClient(t testing.TB, i int) *kubernetes.Client {
 	return c.clientOf(t, c.Endpoints[i:i+1])
 }
 
-// checkWire puts a wirecheck proxy in front of each member for the clients made from now on,
-// and fails the test at its end if a member broke HTTP/2 flow control or gRPC framing.
-func (c *Cluster) checkWire(t testing.TB) {
-	c.dial = map[string]string{}
-	for _, e := range c.Endpoints {
-		p, err := wirecheck.Listen(strings.TrimPrefix(e, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.dial[e] = "http://" + p.Addr()
-		t.Cleanup(func() {
-			got := p.Totals()
-			t.Logf("wirecheck %s: %d connections, %d DATA frames checked", e, got.Conns, got.DataFrames)
-			for i, v := range p.Violations() {
-				if i < 3 {
-					t.Errorf("the server broke HTTP/2 flow control or gRPC framing: %s", v)
-				}
+// CheckWire puts a wirecheck proxy in front of each member (once) for the clients made from
+// now on, and fails the test at its end if a member broke HTTP/2 flow control or gRPC framing.
+// It returns the URLs those clients dial, member i's at index i.
+func (c *Cluster) CheckWire(t testing.TB) []string {
+	if c.dial == nil {
+		c.dial = map[string]string{}
+		for _, e := range c.Endpoints {
+			p, err := wirecheck.Listen(strings.TrimPrefix(e, "http://"))
+			if err != nil {
+				t.Fatal(err)
 			}
-			_ = p.Close()
-		})
+			c.dial[e] = "http://" + p.Addr()
+			c.proxies = append(c.proxies, p)
+			t.Cleanup(func() {
+				got := p.Totals()
+				t.Logf("wirecheck %s: %d connections, %d DATA frames checked", e, got.Conns, got.DataFrames)
+				for i, v := range p.Violations() {
+					if i < 3 {
+						t.Errorf("the server broke HTTP/2 flow control or gRPC framing: %s", v)
+					}
+				}
+				_ = p.Close()
+			})
+		}
 	}
+	var urls []string
+	for _, e := range c.Endpoints {
+		urls = append(urls, c.dial[e])
+	}
+	return urls
+}
+
+// WireTotals counts what has passed through the proxies of CheckWire so far.
+func (c *Cluster) WireTotals() wirecheck.Totals {
+	var sum wirecheck.Totals
+	for _, p := range c.proxies {
+		got := p.Totals()
+		sum.Conns += got.Conns
+		sum.DataFrames += got.DataFrames
+		sum.DataBytes += got.DataBytes
+		sum.ServerResets += got.ServerResets
+		sum.GoAways += got.GoAways
+	}
+	return sum
 }
 
 func (c *Cluster) clientOf(t testing.TB, endpoints []string) *kubernetes.Client {
