@@ -312,7 +312,7 @@ impl RaftNode {
         match self.log.last_log_id() {
             Ok(Some(l)) => Some((l.leader_id.term, l.index)),
             Ok(None) => {
-                let snapshot = self.raft.metrics().borrow().snapshot;
+                let snapshot = self.metrics_now().snapshot;
                 Some(snapshot.map_or((0, 0), |l| (l.leader_id.term, l.index)))
             }
             Err(e) => {
@@ -382,7 +382,7 @@ impl RaftNode {
     /// (a leader answers for itself: yes only once it lost its quorum) and the candidate's log
     /// is at least as up to date as this member's.
     pub(super) async fn pre_vote_reply(&self, req: &PreVoteRequest) -> PreVoteReply {
-        let state = self.raft.metrics().borrow().state;
+        let state = self.metrics_now().state;
         let in_lease = match state {
             ServerState::Leader => !self.elector.quorum_lost() && self.quorum_heard(),
             _ => !self.elector.leader_lost(),

@@ -112,7 +112,7 @@ fn change_error(e: RaftError<u64, ClientWriteError<u64, BasicNode>>) -> Error {
 impl RaftNode {
     /// Every member as etcd lists it: ID, published name and client URLs, peer URLs, learner.
     pub fn member_list(&self) -> Vec<Member> {
-        let membership = self.raft.metrics().borrow().membership_config.clone();
+        let membership = self.metrics_now().membership_config.clone();
         let m = membership.membership();
         let voters: BTreeSet<u64> = m.voter_ids().collect();
         let attrs = self.member_attributes();
@@ -132,7 +132,7 @@ impl RaftNode {
 
     /// Whether this member is a learner (replicates, does not vote).
     pub fn is_learner(&self) -> bool {
-        let membership = self.raft.metrics().borrow().membership_config.clone();
+        let membership = self.metrics_now().membership_config.clone();
         let m = membership.membership();
         m.get_node(&self.id).is_some() && !m.voter_ids().any(|v| v == self.id)
     }
@@ -425,7 +425,7 @@ impl RaftNode {
         let mut after = voters(members);
         after.push(learner);
         self.check_started(&after)?;
-        let metrics = self.raft.metrics().borrow().clone();
+        let metrics = self.metrics_now().clone();
         let leader_match = metrics.last_log_index.unwrap_or(0);
         let learner_match = metrics
             .replication

@@ -357,7 +357,7 @@ impl RaftNode {
         self.metrics_now().current_term
     }
 
-    /// openraft's latest metrics, read in place.
+    /// openraft's latest metrics, read in place (through the held receiver).
     fn metrics_now(&self) -> tokio::sync::watch::Ref<'_, Metrics> {
         self.metrics.borrow()
     }
@@ -391,7 +391,7 @@ impl RaftNode {
 
     /// Every member: id → peer URL, and the set of voters.
     pub fn members(&self) -> (BTreeMap<u64, String>, BTreeSet<u64>) {
-        let metrics = self.raft.metrics().borrow().clone();
+        let metrics = self.metrics_now().clone();
         let m = metrics.membership_config.membership();
         let nodes = m.nodes().map(|(id, n)| (*id, n.addr.clone())).collect();
         let voters = m.voter_ids().collect();
@@ -405,7 +405,7 @@ impl RaftNode {
 
     /// The member's state for `/metrics`.
     pub fn metrics_snapshot(&self) -> crate::metrics::Snapshot {
-        let m = self.raft.metrics().borrow().clone();
+        let m = self.metrics_now().clone();
         let watch = self.hub.stats();
         let leader = self.leader();
         crate::metrics::Snapshot {
