@@ -19,11 +19,13 @@ package testserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,7 +58,7 @@ var portLock sync.Mutex
 type Cluster struct {
 	// Endpoints are the members' client URLs, member i's at index i.
 	Endpoints []string
-	members   []*exec.Cmd
+	members   []*member
 	// dial maps a member's URL to the one its clients dial (a wirecheck proxy's, if any).
 	dial    map[string]string
 	proxies []*wirecheck.Proxy
@@ -77,7 +79,9 @@ func RunEtcd(t testing.TB, cfg *embed.Config) *kubernetes.Client {
 }
 
 // StartCluster starts the server chosen by the environment, as RunEtcd does, and waits until
-// every member serves linearizable reads.
+// every member serves linearizable reads. Ports are picked free but not held (the server binds
+// them), so another process on the machine may take one first: a member that then fails to
+// start is seen, and the cluster is started again on other ports (up to three times).
 func StartCluster(t testing.TB, cfg *embed.Config) *Cluster {
 	t.Helper()
 	if cfg == nil {
@@ -88,27 +92,56 @@ func StartCluster(t testing.TB, cfg *embed.Config) *Cluster {
 		t.Fatal("STORAGE_SUITE_SERVER (the server binary to test) is not set")
 	}
 	members := Members(t)
+	for attempt := 1; ; attempt++ {
+		dir := cfg.Dir
+		if attempt > 1 {
+			dir = filepath.Join(cfg.Dir, fmt.Sprintf("attempt-%d", attempt))
+		}
+		cluster, err := tryStart(t, cfg, binary, members, dir)
+		if err == nil {
+			return cluster
+		}
+		if attempt == 3 || !errors.Is(err, errMemberExited) {
+			t.Fatal(err)
+		}
+		t.Logf("starting again on other ports: %v", err)
+	}
+}
 
+// errMemberExited is returned by tryStart when a member process ended during start-up.
+var errMemberExited = errors.New("a member exited during start-up")
+
+// tryStart starts the members on fresh ports with their data under dir and waits until they
+// serve; on failure it stops every member it started.
+func tryStart(t testing.TB, cfg *embed.Config, binary string, members int, dir string) (*Cluster, error) {
+	t.Helper()
 	portLock.Lock()
 	defer portLock.Unlock()
 	ports := freePorts(t, 2*members)
-	var peers []string
+	var peers, peerURLs []string
 	cluster := &Cluster{}
 	for i := 0; i < members; i++ {
 		cluster.Endpoints = append(cluster.Endpoints, "http://127.0.0.1:"+strconv.Itoa(ports[2*i]))
-		peers = append(peers, fmt.Sprintf("m%d=http://127.0.0.1:%d", i, ports[2*i+1]))
+		peerURLs = append(peerURLs, fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]))
+		peers = append(peers, fmt.Sprintf("m%d=%s", i, peerURLs[i]))
 	}
 	for i := 0; i < members; i++ {
-		cmd := startMember(t, binary, cfg, i, cluster.Endpoints[i], strings.Join(peers, ","))
-		cluster.members = append(cluster.members, cmd)
+		m := startMember(t, binary, cfg, dir, i, cluster.Endpoints[i], strings.Join(peers, ","))
+		cluster.members = append(cluster.members, m)
+	}
+	ready := cluster.Client(t)
+	err := cluster.waitServing(ready.Client, peerURLs)
+	_ = ready.Close() // its connections are of no more use; the test makes its own clients
+	if err != nil {
+		for _, m := range cluster.members {
+			m.stop()
+		}
+		return nil, err
 	}
 	if os.Getenv("STORAGE_SUITE_WIRECHECK") != "" {
 		cluster.CheckWire(t)
 	}
-	ready := cluster.Client(t)
-	waitServing(t, ready.Client, cluster.Endpoints)
-	_ = ready.Close() // its connections are of no more use; the test makes its own clients
-	return cluster
+	return cluster, nil
 }
 
 // Members is the member count the environment asks for (STORAGE_SUITE_MEMBERS, default 1).
@@ -206,18 +239,29 @@ func (c *Cluster) clientOf(t testing.TB, endpoints []string) *kubernetes.Client 
 
 // Kill ends member i with SIGKILL and waits for it to exit.
 func (c *Cluster) Kill(i int) {
-	_ = c.members[i].Process.Kill()
-	_ = c.members[i].Wait()
+	m := c.members[i]
+	_ = m.cmd.Process.Kill()
+	<-m.exited
 }
 
-// startMember starts member i of the cluster `peers` with its own data directory and log file.
-func startMember(t testing.TB, binary string, cfg *embed.Config, i int, clientURL, peers string) *exec.Cmd {
+// member is one server process of a cluster.
+type member struct {
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	// exited is closed when the process has ended.
+	exited chan struct{}
+}
+
+// startMember starts member i of the cluster `peers` with its data directory and log file
+// under dir.
+func startMember(t testing.TB, binary string, cfg *embed.Config, dir string, i int, clientURL, peers string) *member {
 	t.Helper()
 	name := fmt.Sprintf("m%d", i)
 	peerURL := strings.TrimPrefix(strings.Split(peers, ",")[i], name+"=")
 	args := []string{
 		"--name", name,
-		"--data-dir", filepath.Join(cfg.Dir, name),
+		"--data-dir", filepath.Join(dir, name),
 		"--listen-client-urls", clientURL,
 		"--advertise-client-urls", clientURL,
 		"--listen-peer-urls", peerURL,
@@ -236,7 +280,10 @@ func startMember(t testing.TB, binary string, cfg *embed.Config, i int, clientUR
 	if m := cfg.MaxRequestBytes; m > 0 && m != embed.DefaultMaxRequestBytes {
 		args = append(args, "--max-request-bytes", strconv.FormatUint(uint64(m), 10))
 	}
-	logPath := filepath.Join(cfg.Dir, name+".log")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, name+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -247,54 +294,77 @@ func startMember(t testing.TB, binary string, cfg *embed.Config, i int, clientUR
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", binary, err)
 	}
+	m := &member{name: name, cmd: cmd, logPath: logPath, exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(m.exited)
+	}()
 	t.Cleanup(func() {
-		stop(cmd)
+		m.stop()
 		_ = logFile.Close()
 		if t.Failed() {
 			showLogTail(t, name, logPath)
 		}
 	})
-	return cmd
+	return m
 }
 
-// stop ends a member with SIGTERM, and with SIGKILL if it is still running after 10 s.
-func stop(cmd *exec.Cmd) {
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
+// stop ends the member with SIGTERM, and with SIGKILL if it is still running after 10 s.
+func (m *member) stop() {
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-done:
+	case <-m.exited:
 	case <-time.After(10 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
+		_ = m.cmd.Process.Kill()
+		<-m.exited
 	}
 }
 
-// waitServing waits (up to 60 s) until each endpoint answers a linearizable read, so that a
-// leader exists and every member has joined it.
-func waitServing(t testing.TB, client *clientv3.Client, endpoints []string) {
-	t.Helper()
+// waitServing waits (up to 60 s) until each member answers a linearizable read, so that a
+// leader exists and every member has joined it. It fails at once when a member process ends
+// (errMemberExited; its port may have been taken), and checks that the members answering are
+// ours: the cluster's peer URLs must be peerURLs.
+func (c *Cluster) waitServing(client *clientv3.Client, peerURLs []string) error {
 	deadline := time.Now().Add(60 * time.Second)
-	for _, ep := range endpoints {
+	for i, ep := range c.Endpoints {
 		for {
+			for _, m := range c.members {
+				select {
+				case <-m.exited:
+					return fmt.Errorf("%w: %s (%s)", errMemberExited, m.name, lastLine(m.logPath))
+				default:
+				}
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			_, err := client.Status(ctx, ep)
 			if err == nil {
 				_, err = client.Get(ctx, "storage-suite-ready")
 			}
+			var list *clientv3.MemberListResponse
+			if err == nil {
+				list, err = client.MemberList(ctx)
+			}
 			cancel()
 			if err == nil {
+				var got []string
+				for _, m := range list.Members {
+					got = append(got, m.PeerURLs...)
+				}
+				sort.Strings(got)
+				want := append([]string(nil), peerURLs...)
+				sort.Strings(want)
+				if strings.Join(got, ",") != strings.Join(want, ",") {
+					return fmt.Errorf("member %d's port answers for another cluster (peers %v, ours %v)", i, got, want)
+				}
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s did not serve within 60 s: %v", ep, err)
+				return fmt.Errorf("%s did not serve within 60 s: %v", ep, err)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	return nil
 }
 
 // freePorts returns n TCP ports that were free a moment ago.
@@ -310,6 +380,16 @@ func freePorts(t testing.TB, n int) []int {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports
+}
+
+// lastLine is the last line of a member's log, or a note that there is none.
+func lastLine(path string) string {
+	data, err := os.ReadFile(path)
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if err != nil || lines[len(lines)-1] == "" {
+		return "no log"
+	}
+	return lines[len(lines)-1]
 }
 
 // showLogTail logs the last 40 lines of a member's log.
