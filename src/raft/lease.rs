@@ -10,6 +10,7 @@ use super::RaftNode;
 use crate::apply::{Command, Op};
 use crate::error::{Error, Result};
 use crate::lease::{Lessor, Renewal};
+use crate::pb::concordpb::{session_reply, session_request};
 use crate::pb::etcdserverpb::{
     LeaseCheckpoint, LeaseCheckpointRequest, LeaseKeepAliveRequest, LeaseRevokeRequest,
     LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, ResponseHeader,
@@ -53,13 +54,14 @@ impl RaftNode {
     async fn try_lease_renew(&self, id: i64, deadline: tokio::time::Instant) -> Result<i64> {
         match self.live_leader(deadline).await? {
             Leader::Local => self.renew_on_leader(id).await,
-            Leader::Remote(l, mut client) => {
-                let reply = self
-                    .on_leader(l, client.lease_renew(LeaseKeepAliveRequest { id }))
-                    .await?;
-                match reply.error {
-                    0 => Ok(reply.ttl),
-                    code => Err(Error::from_code(code)),
+            Leader::Remote(l, client) => {
+                let ask = session_request::Body::LeaseRenew(LeaseKeepAliveRequest { id });
+                match self.ask_leader(l, client, ask).await? {
+                    session_reply::Body::LeaseRenew(reply) => match reply.error {
+                        0 => Ok(reply.ttl),
+                        code => Err(Error::from_code(code)),
+                    },
+                    _ => Err(Error::Storage),
                 }
             }
         }

@@ -19,6 +19,7 @@ mod propose;
 mod quota;
 mod read;
 mod route;
+mod session;
 mod snapshot_data;
 mod snapshot_file;
 mod snapshot_send;
@@ -117,6 +118,8 @@ pub struct RaftNode {
     options: RaftOptions,
     reads: read::ReadBatcher,
     peers: Arc<network::PeerChannels>,
+    /// The session with the leader, for the requests this member forwards to it.
+    sessions: Arc<session::Sessions>,
     storage: Storage,
     proposals: propose::Batcher,
     lessor: crate::lease::Lessor,
@@ -244,6 +247,7 @@ impl RaftNode {
             options,
             reads,
             peers,
+            sessions: Default::default(),
             quota: quota::QuotaMeter::new(storage.clone()),
             storage,
             proposals,
@@ -425,9 +429,9 @@ impl RaftNode {
         }
     }
 
-    /// The peer service answering other members.
-    pub fn peer_service(self: &Arc<Self>) -> PeerService {
-        PeerService::new(self.clone())
+    /// The peer service answering other members until `stop` says `true`.
+    pub fn peer_service(self: &Arc<Self>, stop: tokio::sync::watch::Receiver<bool>) -> PeerService {
+        PeerService::new(self.clone(), stop)
     }
 
     /// Stops openraft.

@@ -481,12 +481,19 @@ impl PeerChannels {
             Err(poisoned) => poisoned.into_inner(),
         };
         if let Some(c) = map.get(addr) {
-            return Ok(RaftPeerClient::new(c.clone()));
+            return Ok(peer_client(c.clone()));
         }
         let channel = peer_channel(addr, self.unacked, self.tls.clone())?;
         map.insert(addr.to_string(), channel.clone());
-        Ok(RaftPeerClient::new(channel))
+        Ok(peer_client(channel))
     }
+}
+
+/// A `RaftPeer` client on `channel` that takes answers of any size: a forwarded write's answer
+/// (a txn's ranges) is as large as the client's own limits allow, and must not fail at gRPC's
+/// 4 MiB default (which on a session would end every request waiting on it).
+pub fn peer_client(channel: EagerChannel) -> RaftPeerClient<EagerChannel> {
+    RaftPeerClient::new(channel).max_decoding_message_size(usize::MAX)
 }
 
 #[cfg(test)]

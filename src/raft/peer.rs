@@ -1,11 +1,15 @@
 //! Member-to-member transport, server side: the `RaftPeer` gRPC service. Hands openraft messages
-//! to openraft, proposes writes forwarded by followers, and answers read-index requests.
+//! to openraft, proposes writes forwarded by followers, and answers read-index requests (as
+//! unary calls, or as messages on a follower's session stream, see `session.rs`).
 
 use std::sync::Arc;
 
+use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tonic::{Request, Response, Status};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
 
 use openraft::raft::AppendEntriesResponse;
 
@@ -13,10 +17,12 @@ use super::RaftNode;
 use crate::apply::Command;
 use crate::error::Error;
 use crate::pb::concordpb::raft_peer_server::RaftPeer;
+use crate::pb::concordpb::{session_reply, session_request};
 use crate::pb::concordpb::{
     ForwardResponse, HelloReply, HelloRequest, LeaseRenewResponse, LeaseTimeToLiveReply,
     MemberChange, MemberChangeReply, MembersReply, MembersRequest, PreVoteReply, PreVoteRequest,
-    RaftPayload, ReadIndexRequest, ReadIndexResponse, TimeoutNowReply, TimeoutNowRequest,
+    RaftPayload, ReadIndexRequest, ReadIndexResponse, SessionReply, SessionRequest,
+    TimeoutNowReply, TimeoutNowRequest,
 };
 use crate::pb::etcdserverpb::{
     HashKvRequest, HashKvResponse, LeaseKeepAliveRequest, LeaseTimeToLiveRequest,
@@ -25,12 +31,23 @@ use crate::pb::etcdserverpb::{
 /// The `RaftPeer` service of one member.
 pub struct PeerService {
     node: Arc<RaftNode>,
+    /// Says `true` when the member stops: its followers' sessions end then, so that the
+    /// server's graceful shutdown does not wait for streams that never end by themselves.
+    stop: watch::Receiver<bool>,
 }
 
 impl PeerService {
-    /// Serves peers on behalf of `node`.
-    pub fn new(node: Arc<RaftNode>) -> Self {
-        PeerService { node }
+    /// Serves peers on behalf of `node` until `stop` says `true`.
+    pub fn new(node: Arc<RaftNode>, stop: watch::Receiver<bool>) -> Self {
+        PeerService { node, stop }
+    }
+
+    /// Resolves when the member stops (or its stop signal is gone).
+    fn stopping(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut stop = self.stop.clone();
+        async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }
     }
 }
 
@@ -196,33 +213,18 @@ impl RaftPeer for PeerService {
 
     async fn forward(&self, req: Request<Command>) -> Result<Response<ForwardResponse>, Status> {
         self.check_cluster(&req)?;
-        // Proposed here or refused: a forwarded write is never forwarded again.
-        let reply = match self.node.propose_local(req.into_inner()).await {
-            Ok(result) => ForwardResponse {
-                result: Some(result),
-                error: 0,
-            },
-            Err(e) => ForwardResponse {
-                result: None,
-                error: e.code(),
-            },
-        };
-        Ok(Response::new(reply))
+        Ok(Response::new(
+            forward_reply(&self.node, req.into_inner()).await,
+        ))
     }
 
     async fn lease_renew(
         &self,
         req: Request<LeaseKeepAliveRequest>,
     ) -> Result<Response<LeaseRenewResponse>, Status> {
-        // `renew_on_leader` refuses with `LeaderChanged` unless this member leads.
-        let reply = match self.node.renew_on_leader(req.get_ref().id).await {
-            Ok(ttl) => LeaseRenewResponse { ttl, error: 0 },
-            Err(e) => LeaseRenewResponse {
-                ttl: 0,
-                error: e.code(),
-            },
-        };
-        Ok(Response::new(reply))
+        Ok(Response::new(
+            lease_renew_reply(&self.node, req.get_ref().id).await,
+        ))
     }
 
     async fn lease_time_to_live(
@@ -251,13 +253,97 @@ impl RaftPeer for PeerService {
         &self,
         _: Request<ReadIndexRequest>,
     ) -> Result<Response<ReadIndexResponse>, Status> {
-        let reply = match self.node.leader_read_index().await {
-            Ok(index) => ReadIndexResponse { index, error: 0 },
-            Err(e) => ReadIndexResponse {
-                index: 0,
-                error: e.code(),
-            },
-        };
-        Ok(Response::new(reply))
+        Ok(Response::new(read_index_reply(&self.node).await))
+    }
+
+    async fn session(
+        &self,
+        req: Request<Streaming<SessionRequest>>,
+    ) -> Result<Response<SessionStream>, Status> {
+        self.check_cluster(&req)?;
+        let mut requests = req.into_inner();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let node = self.node.clone();
+        let stopping = self.stopping();
+        // Each request runs on its own (a write waits for its commit, a read index for its
+        // round); the answers stream back as they finish, and the stream ends after the
+        // follower's end and the last answer, or when this member stops.
+        tokio::spawn(async move {
+            tokio::pin!(stopping);
+            loop {
+                let request = tokio::select! {
+                    r = requests.next() => r,
+                    () = &mut stopping => None,
+                };
+                let Some(Ok(request)) = request else { break };
+                let Some(body) = request.body else { continue };
+                let (node, tx) = (node.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let body = answer(&node, body).await;
+                    let _ = tx.send(Ok(SessionReply {
+                        id: request.id,
+                        body: Some(body),
+                    }));
+                });
+            }
+        });
+        let replies = UnboundedReceiverStream::new(rx).take_until(self.stopping());
+        Ok(Response::new(Box::pin(replies)))
+    }
+}
+
+/// The stream of a session's answers.
+type SessionStream =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<SessionReply, Status>> + Send>>;
+
+/// The leader's answer to one session request: what the matching unary call answers.
+async fn answer(node: &RaftNode, body: session_request::Body) -> session_reply::Body {
+    match body {
+        session_request::Body::Forward(cmd) => {
+            session_reply::Body::Forward(forward_reply(node, cmd).await)
+        }
+        session_request::Body::ReadIndex(_) => {
+            session_reply::Body::ReadIndex(read_index_reply(node).await)
+        }
+        session_request::Body::LeaseRenew(r) => {
+            session_reply::Body::LeaseRenew(lease_renew_reply(node, r.id).await)
+        }
+    }
+}
+
+/// Proposes a forwarded write here, or refuses it: a forwarded write is never forwarded again.
+async fn forward_reply(node: &RaftNode, cmd: Command) -> ForwardResponse {
+    match node.propose_local(cmd).await {
+        Ok(result) => ForwardResponse {
+            result: Some(result),
+            error: 0,
+        },
+        Err(e) => ForwardResponse {
+            result: None,
+            error: e.code(),
+        },
+    }
+}
+
+/// The read index from this leader's batched confirmation round, or why there is none.
+async fn read_index_reply(node: &RaftNode) -> ReadIndexResponse {
+    match node.leader_read_index().await {
+        Ok(index) => ReadIndexResponse { index, error: 0 },
+        Err(e) => ReadIndexResponse {
+            index: 0,
+            error: e.code(),
+        },
+    }
+}
+
+/// Renews lease `id` on this member; `renew_on_leader` refuses with `LeaderChanged` unless it
+/// leads.
+async fn lease_renew_reply(node: &RaftNode, id: i64) -> LeaseRenewResponse {
+    match node.renew_on_leader(id).await {
+        Ok(ttl) => LeaseRenewResponse { ttl, error: 0 },
+        Err(e) => LeaseRenewResponse {
+            ttl: 0,
+            error: e.code(),
+        },
     }
 }

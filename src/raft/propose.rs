@@ -3,8 +3,8 @@
 //!
 //! Group commit: the leader's [`Batcher`] keeps one entry in flight and puts every proposal that
 //! arrives meanwhile into the next entry (a [`CommandBatch`]); one fsync, one replication round
-//! and one apply then cover them all. A follower forwards its proposals to the
-//! leader's `Forward` RPC, where they join the same batches.
+//! and one apply then cover them all. A follower forwards its proposals to the leader on its
+//! session with it (`session.rs`), where they join the same batches.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -17,6 +17,7 @@ use super::route::Leader;
 use super::{Raft, RaftNode};
 use crate::apply::{Command, CommandBatch, CommandResult, EncodedCommand, Op, Outcome};
 use crate::error::{Error, Result};
+use crate::pb::concordpb::{session_reply, session_request};
 
 // One entry in flight: the next entry forms while the current one is flushed, replicated and
 // applied, so it gathers everything that arrived meanwhile. Measured with concord-bench put (64
@@ -211,12 +212,18 @@ impl RaftNode {
         loop {
             match self.live_leader(deadline).await? {
                 Leader::Local => return self.propose_local(cmd).await,
-                Leader::Remote(l, mut client) => {
-                    match self.on_leader(l, client.forward(cmd.clone())).await {
+                Leader::Remote(l, client) => {
+                    let ask = session_request::Body::Forward(cmd.clone());
+                    match self.ask_leader(l, client, ask).await {
                         Err(Error::NoLeader) => tokio::time::sleep(RETRY).await,
                         Err(e) => return Err(e),
-                        Ok(reply) if reply.error != 0 => return Err(Error::from_code(reply.error)),
-                        Ok(reply) => return reply.result.ok_or(Error::Storage),
+                        Ok(session_reply::Body::Forward(reply)) if reply.error != 0 => {
+                            return Err(Error::from_code(reply.error))
+                        }
+                        Ok(session_reply::Body::Forward(reply)) => {
+                            return reply.result.ok_or(Error::Storage)
+                        }
+                        Ok(_) => return Err(Error::Storage),
                     }
                 }
             }

@@ -1,6 +1,6 @@
 //! Linearizable reads by the read-index protocol. Concurrent reads share one leader
 //! confirmation: a single task takes every read waiting when it starts a round, asks the leader
-//! (itself, or over `ReadIndex` when this member follows) for a quorum-confirmed commit index,
+//! (itself, or on its session with the leader when this member follows) for a quorum-confirmed commit index,
 //! and hands that index to the whole batch. Each read then waits until this member has applied
 //! up to it and reads its local store.
 
@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::route::Leader;
 use super::{Raft, RaftNode};
 use crate::error::{Error, Result};
-use crate::pb::concordpb::ReadIndexRequest;
+use crate::pb::concordpb::{session_reply, session_request, ReadIndexRequest};
 
 type Waiter = oneshot::Sender<Result<u64>>;
 
@@ -80,13 +80,17 @@ impl RaftNode {
             loop {
                 let answer = match self.live_leader(deadline).await? {
                     Leader::Local => confirm_leadership(&self.raft).await,
-                    Leader::Remote(l, mut client) => self
-                        .on_leader(l, client.read_index(ReadIndexRequest {}))
-                        .await
-                        .and_then(|reply| match reply.error {
-                            0 => Ok(reply.index),
-                            code => Err(Error::from_code(code)),
-                        }),
+                    Leader::Remote(l, client) => {
+                        let ask = session_request::Body::ReadIndex(ReadIndexRequest {});
+                        match self.ask_leader(l, client, ask).await {
+                            Ok(session_reply::Body::ReadIndex(reply)) => match reply.error {
+                                0 => Ok(reply.index),
+                                code => Err(Error::from_code(code)),
+                            },
+                            Ok(_) => Err(Error::Storage),
+                            Err(e) => Err(e),
+                        }
+                    }
                 };
                 match answer {
                     Err(Error::NoLeader | Error::LeaderChanged) => {

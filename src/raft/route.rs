@@ -74,19 +74,32 @@ impl RaftNode {
     where
         F: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
+        let call = async {
+            call.await.map(tonic::Response::into_inner).map_err(|s| {
+                if undelivered(&s) {
+                    Error::NoLeader
+                } else {
+                    Error::LeaderChanged
+                }
+            })
+        };
+        self.until_leader_changes(leader, call).await
+    }
+
+    /// Runs `call` (a request to leader `leader`), ending it with [`Error::LeaderChanged`] as
+    /// soon as this member knows another leader (or none).
+    pub(super) async fn until_leader_changes<T>(
+        &self,
+        leader: u64,
+        call: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
         // openraft's server metrics change only with the vote, the leader or the membership
         // (its full metrics are sent again after every log write and apply, and each send would
         // wake this call while it waits for the leader's answer).
         let mut server = self.raft.server_metrics();
         let moved = server.wait_for(|m| m.current_leader != Some(leader));
         tokio::select! {
-            reply = call => reply.map(tonic::Response::into_inner).map_err(|s| {
-                if undelivered(&s) {
-                    Error::NoLeader
-                } else {
-                    Error::LeaderChanged
-                }
-            }),
+            reply = call => reply,
             _ = moved => Err(Error::LeaderChanged),
         }
     }
@@ -96,7 +109,7 @@ impl RaftNode {
 /// which only happens while connecting, so nothing was sent. (A timed-out or unreachable error
 /// can also end an established connection, e.g. `TCP_USER_TIMEOUT` on peer sockets, after the
 /// call was delivered: those are not retried, so a write is never applied twice.)
-fn undelivered(status: &tonic::Status) -> bool {
+pub(super) fn undelivered(status: &tonic::Status) -> bool {
     use std::error::Error as _;
     let mut source = status.source();
     while let Some(e) = source {

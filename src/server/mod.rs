@@ -117,7 +117,7 @@ pub async fn start(cfg: &Config) -> anyhow::Result<Member> {
 
     for bound in peer_listeners {
         let tls = listeners::tls_for(&bound.url, peer_tls.as_ref())?;
-        let svc = RaftPeerServer::new(node.peer_service())
+        let svc = RaftPeerServer::new(node.peer_service(stop_rx.clone()))
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX);
         let shutdown = listeners::stopped(stop_rx.clone());

@@ -215,3 +215,61 @@ async fn health_checks_a_linearizable_read_unless_serializable() -> TestResult {
     );
     Ok(())
 }
+
+/// A write sent to a follower is answered with what the leader's apply produced, so a txn's
+/// ranges travel back between the members: 6 MiB of them must not fail at gRPC's 4 MiB default
+/// message limit on the member link (and, on a follower's session with the leader, must not end
+/// the other requests waiting there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_txn_answer_comes_back_through_a_follower() -> TestResult {
+    use concord::pb::etcdserverpb::{request_op, PutRequest, RequestOp, TxnRequest};
+    let c = Cluster::start(3)?;
+    let leader = c.wait_leader(Duration::from_secs(20)).await?;
+    let follower = (leader + 1) % 3;
+    let value = vec![b'x'; 1 << 20];
+    for i in 0..6 {
+        put(
+            &c,
+            leader,
+            &format!("big/{i}"),
+            std::str::from_utf8(&value)?,
+        )
+        .await?;
+    }
+    let mut kv = c.kv(follower).await?.max_decoding_message_size(usize::MAX);
+    let txn = TxnRequest {
+        success: vec![
+            RequestOp {
+                request: Some(request_op::Request::RequestPut(PutRequest {
+                    key: b"small".to_vec(),
+                    value: b"v".to_vec(),
+                    ..Default::default()
+                })),
+            },
+            RequestOp {
+                request: Some(request_op::Request::RequestRange(RangeRequest {
+                    key: b"big/".to_vec(),
+                    range_end: b"big0".to_vec(),
+                    ..Default::default()
+                })),
+            },
+        ],
+        ..Default::default()
+    };
+    let answer = kv.txn(txn);
+    let (answer, other) = tokio::join!(answer, put(&c, follower, "beside", "the big answer"));
+    let answer = answer?.into_inner();
+    assert!(answer.succeeded);
+    let ranged = answer
+        .responses
+        .iter()
+        .find_map(|r| match &r.response {
+            Some(concord::pb::etcdserverpb::response_op::Response::ResponseRange(r)) => Some(r),
+            _ => None,
+        })
+        .ok_or("no range in the txn's answer")?;
+    assert_eq!(ranged.kvs.len(), 6);
+    assert!(ranged.kvs.iter().all(|kv| kv.value.len() == value.len()));
+    other?;
+    Ok(())
+}

@@ -1,0 +1,379 @@
+//! A follower's session with its leader: forwarded writes, read-index requests and lease
+//! renewals as messages on one long-lived gRPC stream (`RaftPeer.Session`), answered on the
+//! stream coming back, instead of a unary call each.
+//!
+//! A unary call between members costs a new HTTP/2 stream with its headers and trailers, and a
+//! task on the leader per call; etcd's followers send `MsgProp` and `MsgReadIndex` as one-way
+//! messages on the Raft streams they keep open. A session message is one data frame each way.
+//!
+//! Delivery is reported as the unary calls report it (`route.rs`): a request on a session whose
+//! stream could not be opened (connection refused, or a leader without sessions) never reached
+//! the leader and ends with [`Error::NoLeader`], so it is sent again; one on a stream that broke
+//! afterwards may have, and ends with [`Error::LeaderChanged`]. A leader that answers
+//! `Unimplemented` (an older member) is remembered, and requests to it use the unary calls.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use futures::StreamExt;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use super::route::undelivered;
+use crate::error::{Error, Result};
+use crate::pb::concordpb::raft_peer_client::RaftPeerClient;
+use crate::pb::concordpb::{session_reply, session_request, SessionRequest};
+use crate::transport::EagerChannel;
+
+/// What a session request waits for.
+type Waiter = oneshot::Sender<Result<session_reply::Body>>;
+
+/// This member's session with the leader it follows, made when first needed.
+#[derive(Default)]
+pub(super) struct Sessions {
+    state: Mutex<SessionsState>,
+}
+
+#[derive(Default)]
+struct SessionsState {
+    /// The session with the current leader, if one was opened.
+    current: Option<Arc<Session>>,
+    /// A leader that answered `Unimplemented`: reached by unary calls.
+    without: Option<u64>,
+}
+
+impl Sessions {
+    fn lock(&self) -> MutexGuard<'_, SessionsState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The open session with `leader`, opened on `client` if there is none; `None` when that
+    /// leader has no sessions (use the unary calls).
+    pub(super) fn with(
+        self: &Arc<Self>,
+        leader: u64,
+        client: &RaftPeerClient<EagerChannel>,
+        cluster_id: u64,
+    ) -> Option<Arc<Session>> {
+        let mut state = self.lock();
+        if state.without == Some(leader) {
+            return None;
+        }
+        if let Some(s) = &state.current {
+            if s.leader == leader && !s.is_closed() {
+                return Some(s.clone());
+            }
+        }
+        let session = Session::open(leader, client.clone(), cluster_id, Arc::downgrade(self));
+        state.current = Some(session.clone());
+        Some(session)
+    }
+
+    /// `leader` answered `Unimplemented`: it is reached by unary calls from now on.
+    fn unsupported(&self, leader: u64) {
+        self.lock().without = Some(leader);
+    }
+}
+
+/// One open stream to a leader and the requests waiting on it.
+pub(super) struct Session {
+    leader: u64,
+    tx: mpsc::UnboundedSender<SessionRequest>,
+    next_id: AtomicU64,
+    /// Requests sent and not answered; `None` once the stream has ended.
+    waiting: Mutex<Option<HashMap<u64, Waiter>>>,
+}
+
+impl Session {
+    /// Opens the stream on `client` and starts the task that hands out its answers.
+    fn open(
+        leader: u64,
+        mut client: RaftPeerClient<EagerChannel>,
+        cluster_id: u64,
+        sessions: std::sync::Weak<Sessions>,
+    ) -> Arc<Session> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let session = Arc::new(Session {
+            leader,
+            tx,
+            next_id: AtomicU64::new(1),
+            waiting: Mutex::new(Some(HashMap::new())),
+        });
+        let weak = Arc::downgrade(&session);
+        tokio::spawn(async move {
+            let mut request = tonic::Request::new(UnboundedReceiverStream::new(rx));
+            super::network::from_cluster(&mut request, cluster_id);
+            let mut replies = match client.session(request).await {
+                Ok(r) => r.into_inner(),
+                Err(status) => {
+                    // Nothing was taken from the stream by a leader that refused it.
+                    let refused = status.code() == tonic::Code::Unimplemented;
+                    if refused {
+                        if let Some(s) = sessions.upgrade() {
+                            s.unsupported(leader);
+                        }
+                    }
+                    let e = if refused || undelivered(&status) {
+                        Error::NoLeader
+                    } else {
+                        Error::LeaderChanged
+                    };
+                    if let Some(s) = weak.upgrade() {
+                        s.close(e);
+                    }
+                    return;
+                }
+            };
+            while let Some(reply) = replies.next().await {
+                let Ok(reply) = reply else { break };
+                let Some(s) = weak.upgrade() else { return };
+                let waiter = s.lock().as_mut().and_then(|w| w.remove(&reply.id));
+                if let (Some(waiter), Some(body)) = (waiter, reply.body) {
+                    let _ = waiter.send(Ok(body));
+                }
+            }
+            if let Some(s) = weak.upgrade() {
+                s.close(Error::LeaderChanged);
+            }
+        });
+        session
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<HashMap<u64, Waiter>>> {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn is_closed(&self) -> bool {
+        self.lock().is_none()
+    }
+
+    /// Ends the session: every request still waiting ends with `error`.
+    fn close(&self, error: Error) {
+        let waiting = self.lock().take();
+        for (_, waiter) in waiting.into_iter().flatten() {
+            let _ = waiter.send(Err(error));
+        }
+    }
+
+    /// Sends `body` to the leader and waits for its answer. The caller bounds the wait (and
+    /// ends it when the leader changes, see `RaftNode::on_leader`).
+    ///
+    /// # Errors
+    /// [`Error::NoLeader`] when the request was never sent, [`Error::LeaderChanged`] when the
+    /// stream ended after it may have been.
+    pub(super) async fn call(&self, body: session_request::Body) -> Result<session_reply::Body> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut waiting = self.lock();
+            let Some(w) = waiting.as_mut() else {
+                return Err(Error::NoLeader);
+            };
+            w.insert(id, tx);
+            // Under the lock: the stream's end cannot slip between the insert and the send.
+            if self
+                .tx
+                .send(SessionRequest {
+                    id,
+                    body: Some(body),
+                })
+                .is_err()
+            {
+                w.remove(&id);
+                return Err(Error::NoLeader);
+            }
+        }
+        let _forget = Forget { session: self, id };
+        rx.await.unwrap_or(Err(Error::LeaderChanged))
+    }
+}
+
+/// Removes a request's waiter when its caller stops waiting (a leader change, a timeout).
+struct Forget<'a> {
+    session: &'a Session,
+    id: u64,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        if let Some(w) = self.session.lock().as_mut() {
+            w.remove(&self.id);
+        }
+    }
+}
+
+impl super::RaftNode {
+    /// Asks leader `leader` on this member's session with it (or by the unary call, when it
+    /// has no sessions), ending with [`Error::LeaderChanged`] as soon as another leader is
+    /// known (see `RaftNode::on_leader`).
+    ///
+    /// # Errors
+    /// [`Error::NoLeader`] when the request never reached the leader (it may be sent again),
+    /// [`Error::LeaderChanged`] when it may have and no answer came.
+    pub(super) async fn ask_leader(
+        &self,
+        leader: u64,
+        mut client: RaftPeerClient<EagerChannel>,
+        body: session_request::Body,
+    ) -> Result<session_reply::Body> {
+        use session_request::Body as Ask;
+        if let Some(session) = self.sessions.with(leader, &client, self.cluster_id) {
+            return self.until_leader_changes(leader, session.call(body)).await;
+        }
+        match body {
+            Ask::Forward(cmd) => self
+                .on_leader(leader, client.forward(cmd))
+                .await
+                .map(session_reply::Body::Forward),
+            Ask::ReadIndex(r) => self
+                .on_leader(leader, client.read_index(r))
+                .await
+                .map(session_reply::Body::ReadIndex),
+            Ask::LeaseRenew(r) => self
+                .on_leader(leader, client.lease_renew(r))
+                .await
+                .map(session_reply::Body::LeaseRenew),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::concordpb::raft_peer_server::{RaftPeer, RaftPeerServer};
+    use crate::pb::concordpb::{ReadIndexRequest, ReadIndexResponse, SessionReply};
+    use tonic::{Request, Response, Status, Streaming};
+
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
+
+    type Replies =
+        std::pin::Pin<Box<dyn futures::Stream<Item = Result<SessionReply, Status>> + Send>>;
+
+    /// A leader whose session answers each pair of requests in reverse order, with the index
+    /// 10 x the request's id; or, with `hang_up`, ends the stream after the first request.
+    struct FakeLeader {
+        hang_up: bool,
+    }
+
+    #[tonic::async_trait]
+    impl RaftPeer for FakeLeader {
+        async fn session(
+            &self,
+            req: Request<Streaming<SessionRequest>>,
+        ) -> std::result::Result<Response<Replies>, Status> {
+            let mut requests = req.into_inner();
+            let hang_up = self.hang_up;
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(async move {
+                let mut held = Vec::new();
+                while let Some(Ok(r)) = requests.next().await {
+                    if hang_up {
+                        return;
+                    }
+                    held.push(r.id);
+                    if held.len() == 2 {
+                        for id in held.drain(..).rev() {
+                            let _ = tx.send(Ok(SessionReply {
+                                id,
+                                body: Some(session_reply::Body::ReadIndex(ReadIndexResponse {
+                                    index: id * 10,
+                                    error: 0,
+                                })),
+                            }));
+                        }
+                    }
+                }
+            });
+            let replies = UnboundedReceiverStream::new(rx);
+            Ok(Response::new(Box::pin(replies)))
+        }
+    }
+
+    /// A leader without sessions: every method is the generated `Unimplemented` stub.
+    struct OldLeader;
+
+    #[tonic::async_trait]
+    impl RaftPeer for OldLeader {}
+
+    fn client_of<S: RaftPeer>(server: S) -> RaftPeerClient<EagerChannel> {
+        let (connector, incoming) = crate::transport::in_process::pipe();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(RaftPeerServer::new(server))
+                .serve_with_incoming(incoming),
+        );
+        let channel = tonic::transport::Endpoint::from_static("http://in-process")
+            .connect_with_connector_lazy(connector);
+        RaftPeerClient::new(crate::transport::eager(channel))
+    }
+
+    fn ask() -> session_request::Body {
+        session_request::Body::ReadIndex(ReadIndexRequest {})
+    }
+
+    fn index_of(reply: Result<session_reply::Body>) -> Option<u64> {
+        match reply {
+            Ok(session_reply::Body::ReadIndex(r)) => Some(r.index),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn answers_reach_their_own_requests_whatever_their_order() -> TestResult {
+        let sessions = Arc::new(Sessions::default());
+        let client = client_of(FakeLeader { hang_up: false });
+        let session = sessions.with(7, &client, 1).ok_or("a session")?;
+        let (first, second) = tokio::join!(session.call(ask()), session.call(ask()));
+        let mut got = [index_of(first), index_of(second)];
+        got.sort();
+        assert_eq!(
+            got,
+            [Some(10), Some(20)],
+            "each call gets the answer to its own id"
+        );
+        let again = sessions.with(7, &client, 1).ok_or("a session")?;
+        assert!(Arc::ptr_eq(&session, &again), "one session per leader");
+        assert!(session.lock().as_ref().is_some_and(|w| w.is_empty()));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_ends_fails_its_waiting_requests_as_maybe_delivered() -> TestResult {
+        let sessions = Arc::new(Sessions::default());
+        let client = client_of(FakeLeader { hang_up: true });
+        let session = sessions.with(7, &client, 1).ok_or("a session")?;
+        let reply = session.call(ask()).await;
+        assert!(matches!(reply, Err(Error::LeaderChanged)), "{reply:?}");
+        assert!(session.is_closed());
+        let next = sessions.with(7, &client, 1).ok_or("a new session")?;
+        assert!(
+            !Arc::ptr_eq(&session, &next),
+            "a closed session is replaced"
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_leader_without_sessions_is_asked_by_unary_calls() -> TestResult {
+        let sessions = Arc::new(Sessions::default());
+        let client = client_of(OldLeader);
+        let session = sessions
+            .with(7, &client, 1)
+            .ok_or("a session is tried first")?;
+        let reply = session.call(ask()).await;
+        assert!(
+            matches!(reply, Err(Error::NoLeader)),
+            "never delivered: {reply:?}"
+        );
+        assert!(
+            sessions.with(7, &client, 1).is_none(),
+            "unary calls from now on"
+        );
+        assert!(
+            sessions.with(8, &client, 1).is_some(),
+            "another leader is tried again"
+        );
+        Ok(())
+    }
+}
