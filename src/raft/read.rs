@@ -1,8 +1,8 @@
 //! Linearizable reads by the read-index protocol. Concurrent reads share one leader
 //! confirmation: a single task takes every read waiting when it starts a round, asks the leader
-//! (itself, or on its session with the leader when this member follows) for a quorum-confirmed commit index,
-//! and hands that index to the whole batch. Each read then waits until this member has applied
-//! up to it and reads its local store.
+//! (itself, or on its session with the leader when this member follows) for a quorum-confirmed
+//! commit index, and hands that index to the whole batch. Each read then waits until this
+//! member has applied up to it and reads its local store.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -10,11 +10,13 @@
 //! stream could not be opened (connection refused, or a leader without sessions) never reached
 //! the leader and ends with [`Error::NoLeader`], so it is sent again; one on a stream that broke
 //! afterwards may have, and ends with [`Error::LeaderChanged`]. A leader that answers
-//! `Unimplemented` (an older member) is remembered, and requests to it use the unary calls.
+//! `Unimplemented` (an older member) is remembered, and requests to it use the unary calls for
+//! a minute before a session is tried again (a rolling upgrade may have replaced it).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot};
@@ -25,6 +27,10 @@ use crate::error::{Error, Result};
 use crate::pb::concordpb::raft_peer_client::RaftPeerClient;
 use crate::pb::concordpb::{session_reply, session_request, SessionRequest};
 use crate::transport::EagerChannel;
+
+/// How long a leader that answered `Unimplemented` is asked by unary calls before a session
+/// is tried again (it may have been upgraded meanwhile, keeping its ID).
+const TRY_AGAIN: Duration = Duration::from_secs(60);
 
 /// What a session request waits for.
 type Waiter = oneshot::Sender<Result<session_reply::Body>>;
@@ -39,8 +45,8 @@ pub(super) struct Sessions {
 struct SessionsState {
     /// The session with the current leader, if one was opened.
     current: Option<Arc<Session>>,
-    /// A leader that answered `Unimplemented`: reached by unary calls.
-    without: Option<u64>,
+    /// A leader that answered `Unimplemented`, and when: reached by unary calls for a while.
+    without: Option<(u64, Instant)>,
 }
 
 impl Sessions {
@@ -57,8 +63,10 @@ impl Sessions {
         cluster_id: u64,
     ) -> Option<Arc<Session>> {
         let mut state = self.lock();
-        if state.without == Some(leader) {
-            return None;
+        if let Some((id, since)) = state.without {
+            if id == leader && since.elapsed() < TRY_AGAIN {
+                return None;
+            }
         }
         if let Some(s) = &state.current {
             if s.leader == leader && !s.is_closed() {
@@ -70,9 +78,9 @@ impl Sessions {
         Some(session)
     }
 
-    /// `leader` answered `Unimplemented`: it is reached by unary calls from now on.
+    /// `leader` answered `Unimplemented`: it is reached by unary calls for [`TRY_AGAIN`].
     fn unsupported(&self, leader: u64) {
-        self.lock().without = Some(leader);
+        self.lock().without = Some((leader, Instant::now()));
     }
 }
 
@@ -368,7 +376,12 @@ mod tests {
         );
         assert!(
             sessions.with(7, &client, 1).is_none(),
-            "unary calls from now on"
+            "unary calls for a while"
+        );
+        sessions.lock().without = Instant::now().checked_sub(TRY_AGAIN).map(|t| (7, t));
+        assert!(
+            sessions.with(7, &client, 1).is_some(),
+            "a session is tried again after a while (the leader may have been upgraded)"
         );
         assert!(
             sessions.with(8, &client, 1).is_some(),
