@@ -54,9 +54,9 @@ impl RaftNode {
     async fn try_lease_renew(&self, id: i64, deadline: tokio::time::Instant) -> Result<i64> {
         match self.live_leader(deadline).await? {
             Leader::Local => self.renew_on_leader(id).await,
-            Leader::Remote(l, client) => {
+            Leader::Remote(l) => {
                 let ask = session_request::Body::LeaseRenew(LeaseKeepAliveRequest { id });
-                match self.ask_leader(l, client, ask).await? {
+                match self.ask_leader(l, ask).await? {
                     session_reply::Body::LeaseRenew(reply) => match reply.error {
                         0 => Ok(reply.ttl),
                         code => Err(Error::from_code(code)),
@@ -121,7 +121,8 @@ impl RaftNode {
         let deadline = tokio::time::Instant::now() + self.options.request_timeout;
         match self.live_leader(deadline).await? {
             Leader::Local => self.time_to_live_local(&req),
-            Leader::Remote(l, mut client) => {
+            Leader::Remote(l) => {
+                let mut client = self.leader_client(l)?;
                 let reply = self.on_leader(l, client.lease_time_to_live(req)).await?;
                 match reply.error {
                     0 => reply.response.ok_or(Error::Storage),

@@ -209,11 +209,15 @@ impl RaftNode {
             loop {
                 match self.live_leader(deadline).await? {
                     Leader::Local => return self.change_members_local(change).await,
-                    Leader::Remote(l, mut client) => {
-                        match self
-                            .on_leader(l, client.change_members(change.clone()))
-                            .await
-                        {
+                    Leader::Remote(l) => {
+                        let reply = match self.leader_client(l) {
+                            Ok(mut client) => {
+                                self.on_leader(l, client.change_members(change.clone()))
+                                    .await
+                            }
+                            Err(e) => Err(e),
+                        };
+                        match reply {
                             Err(Error::NoLeader) => {
                                 tokio::time::sleep(Duration::from_millis(20)).await;
                             }
@@ -487,7 +491,7 @@ async fn peer_members(
 ) -> std::result::Result<crate::pb::concordpb::MembersReply, String> {
     let ch = super::network::peer_channel(url, super::network::UNACKED, tls)
         .map_err(|e| e.to_string())?;
-    crate::pb::concordpb::raft_peer_client::RaftPeerClient::new(ch)
+    super::network::peer_client(ch)
         .members(MembersRequest {})
         .await
         .map(tonic::Response::into_inner)

@@ -441,17 +441,12 @@ impl RaftNode {
         }
     }
 
+    /// The peer URL of member `leader`, from the current membership.
     fn leader_addr(&self, leader: u64) -> Option<String> {
-        leader_addr(&self.raft, leader)
+        self.metrics_now()
+            .membership_config
+            .membership()
+            .get_node(&leader)
+            .map(|n| first_url(&n.addr).to_string())
     }
-}
-
-/// The peer URL of member `leader`, from the current membership.
-fn leader_addr(raft: &Raft, leader: u64) -> Option<String> {
-    raft.metrics()
-        .borrow()
-        .membership_config
-        .membership()
-        .get_node(&leader)
-        .map(|n| first_url(&n.addr).to_string())
 }

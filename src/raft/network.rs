@@ -492,7 +492,7 @@ impl PeerChannels {
 /// A `RaftPeer` client on `channel` that takes answers of any size: a forwarded write's answer
 /// (a txn's ranges) is as large as the client's own limits allow, and must not fail at gRPC's
 /// 4 MiB default (which on a session would end every request waiting on it).
-pub fn peer_client(channel: EagerChannel) -> RaftPeerClient<EagerChannel> {
+pub(super) fn peer_client(channel: EagerChannel) -> RaftPeerClient<EagerChannel> {
     RaftPeerClient::new(channel).max_decoding_message_size(usize::MAX)
 }
 

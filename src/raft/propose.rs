@@ -212,9 +212,9 @@ impl RaftNode {
         loop {
             match self.live_leader(deadline).await? {
                 Leader::Local => return self.propose_local(cmd).await,
-                Leader::Remote(l, client) => {
+                Leader::Remote(l) => {
                     let ask = session_request::Body::Forward(cmd.clone());
-                    match self.ask_leader(l, client, ask).await {
+                    match self.ask_leader(l, ask).await {
                         Err(Error::NoLeader) => tokio::time::sleep(RETRY).await,
                         Err(e) => return Err(e),
                         Ok(session_reply::Body::Forward(reply)) if reply.error != 0 => {

@@ -80,9 +80,9 @@ impl RaftNode {
             loop {
                 let answer = match self.live_leader(deadline).await? {
                     Leader::Local => confirm_leadership(&self.raft).await,
-                    Leader::Remote(l, client) => {
+                    Leader::Remote(l) => {
                         let ask = session_request::Body::ReadIndex(ReadIndexRequest {});
-                        match self.ask_leader(l, client, ask).await {
+                        match self.ask_leader(l, ask).await {
                             Ok(session_reply::Body::ReadIndex(reply)) => match reply.error {
                                 0 => Ok(reply.index),
                                 code => Err(Error::from_code(code)),

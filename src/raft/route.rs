@@ -26,8 +26,9 @@ const POLL: Duration = Duration::from_millis(10);
 pub(super) enum Leader {
     /// This member leads.
     Local,
-    /// Member `id` leads; the client reaches its peer service.
-    Remote(u64, RaftPeerClient<EagerChannel>),
+    /// Member `id` leads (reached on this member's session with it, or by
+    /// [`RaftNode::leader_client`]).
+    Remote(u64),
 }
 
 impl RaftNode {
@@ -36,18 +37,12 @@ impl RaftNode {
     /// # Errors
     /// [`Error::NoLeader`] at the deadline.
     pub(super) async fn live_leader(&self, deadline: Instant) -> Result<Leader> {
-        let mut metrics = self.raft.metrics();
+        // Subscribed only when there is something to wait for (every request comes here).
+        let mut metrics = None;
         loop {
             match self.leader() {
                 Some(l) if l == self.id => return Ok(Leader::Local),
-                Some(l) if self.elector.leader_alive() => {
-                    if let Some(client) = self
-                        .leader_addr(l)
-                        .and_then(|addr| self.peers.client(&addr).ok())
-                    {
-                        return Ok(Leader::Remote(l, client));
-                    }
-                }
+                Some(l) if self.elector.leader_alive() => return Ok(Leader::Remote(l)),
                 _ => {}
             }
             if Instant::now() + POLL > deadline {
@@ -55,6 +50,7 @@ impl RaftNode {
             }
             // A new leader shows in openraft's metrics: look again at once. Whether it is alive
             // (heard recently) changes without them, so look every `POLL` too.
+            let metrics = metrics.get_or_insert_with(|| self.raft.metrics());
             tokio::select! {
                 changed = metrics.changed() => {
                     if changed.is_err() {
@@ -64,6 +60,16 @@ impl RaftNode {
                 _ = tokio::time::sleep(POLL) => {}
             }
         }
+    }
+
+    /// A client of leader `leader`'s peer service.
+    ///
+    /// # Errors
+    /// [`Error::NoLeader`] when its peer URL is not known or not valid (a caller may ask again).
+    pub(super) fn leader_client(&self, leader: u64) -> Result<RaftPeerClient<EagerChannel>> {
+        self.leader_addr(leader)
+            .and_then(|addr| self.peers.client(&addr).ok())
+            .ok_or(Error::NoLeader)
     }
 
     /// Runs `call` on leader `leader`; ends with [`Error::LeaderChanged`] as soon as this member

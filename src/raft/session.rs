@@ -54,6 +54,15 @@ impl Sessions {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The session with `leader`, if one is open.
+    pub(super) fn open_to(&self, leader: u64) -> Option<Arc<Session>> {
+        self.lock()
+            .current
+            .as_ref()
+            .filter(|s| s.leader == leader && !s.is_closed())
+            .cloned()
+    }
+
     /// The open session with `leader`, opened on `client` if there is none; `None` when that
     /// leader has no sessions (use the unary calls).
     pub(super) fn with(
@@ -68,10 +77,12 @@ impl Sessions {
                 return None;
             }
         }
-        if let Some(s) = &state.current {
-            if s.leader == leader && !s.is_closed() {
-                return Some(s.clone());
-            }
+        if let Some(s) = state
+            .current
+            .as_ref()
+            .filter(|s| s.leader == leader && !s.is_closed())
+        {
+            return Some(s.clone());
         }
         let session = Session::open(leader, client.clone(), cluster_id, Arc::downgrade(self));
         state.current = Some(session.clone());
@@ -192,12 +203,16 @@ impl Session {
                 return Err(Error::NoLeader);
             }
         }
-        let _forget = Forget { session: self, id };
-        rx.await.unwrap_or(Err(Error::LeaderChanged))
+        let forget = Forget { session: self, id };
+        let answer = rx.await;
+        // Answered or ended: the stream's task has taken the waiter already.
+        std::mem::forget(forget);
+        answer.unwrap_or(Err(Error::LeaderChanged))
     }
 }
 
-/// Removes a request's waiter when its caller stops waiting (a leader change, a timeout).
+/// Removes a request's waiter when its caller stops waiting before an answer (a leader change,
+/// a timeout).
 struct Forget<'a> {
     session: &'a Session,
     id: u64,
@@ -222,10 +237,14 @@ impl super::RaftNode {
     pub(super) async fn ask_leader(
         &self,
         leader: u64,
-        mut client: RaftPeerClient<EagerChannel>,
         body: session_request::Body,
     ) -> Result<session_reply::Body> {
         use session_request::Body as Ask;
+        // An open session needs no client: the channel is looked up only to open one.
+        if let Some(session) = self.sessions.open_to(leader) {
+            return self.until_leader_changes(leader, session.call(body)).await;
+        }
+        let mut client = self.leader_client(leader)?;
         if let Some(session) = self.sessions.with(leader, &client, self.cluster_id) {
             return self.until_leader_changes(leader, session.call(body)).await;
         }
@@ -332,16 +351,21 @@ mod tests {
         let sessions = Arc::new(Sessions::default());
         let client = client_of(FakeLeader { hang_up: false });
         let session = sessions.with(7, &client, 1).ok_or("a session")?;
+        // `join!` polls the first call first, so it sends id 1; the leader answers id 2 first.
         let (first, second) = tokio::join!(session.call(ask()), session.call(ask()));
-        let mut got = [index_of(first), index_of(second)];
-        got.sort();
         assert_eq!(
-            got,
+            [index_of(first), index_of(second)],
             [Some(10), Some(20)],
             "each call gets the answer to its own id"
         );
         let again = sessions.with(7, &client, 1).ok_or("a session")?;
         assert!(Arc::ptr_eq(&session, &again), "one session per leader");
+        let open = sessions.open_to(7).ok_or("the open session")?;
+        assert!(Arc::ptr_eq(&session, &open));
+        assert!(
+            sessions.open_to(8).is_none(),
+            "no session with another leader"
+        );
         assert!(session.lock().as_ref().is_some_and(|w| w.is_empty()));
         Ok(())
     }
@@ -354,6 +378,10 @@ mod tests {
         let reply = session.call(ask()).await;
         assert!(matches!(reply, Err(Error::LeaderChanged)), "{reply:?}");
         assert!(session.is_closed());
+        assert!(
+            sessions.open_to(7).is_none(),
+            "a closed session is not handed out"
+        );
         let next = sessions.with(7, &client, 1).ok_or("a new session")?;
         assert!(
             !Arc::ptr_eq(&session, &next),

@@ -206,12 +206,7 @@ func (c *Cluster) CheckWire(t testing.TB) []string {
 func (c *Cluster) WireTotals() wirecheck.Totals {
 	var sum wirecheck.Totals
 	for _, p := range c.proxies {
-		got := p.Totals()
-		sum.Conns += got.Conns
-		sum.DataFrames += got.DataFrames
-		sum.DataBytes += got.DataBytes
-		sum.ServerResets += got.ServerResets
-		sum.GoAways += got.GoAways
+		sum.Add(p.Totals())
 	}
 	return sum
 }
@@ -326,12 +321,15 @@ func (m *member) stop() {
 // ours: the cluster's peer URLs must be peerURLs.
 func (c *Cluster) waitServing(client *clientv3.Client, peerURLs []string) error {
 	deadline := time.Now().Add(60 * time.Second)
+	want := append([]string(nil), peerURLs...)
+	sort.Strings(want)
 	for i, ep := range c.Endpoints {
 		for {
 			for _, m := range c.members {
 				select {
 				case <-m.exited:
-					return fmt.Errorf("%w: %s (%s)", errMemberExited, m.name, lastLine(m.logPath))
+					return fmt.Errorf("%w: %s (%s)", errMemberExited, m.name,
+						strings.Join(logTail(m.logPath, 1), ""))
 				default:
 				}
 			}
@@ -351,8 +349,6 @@ func (c *Cluster) waitServing(client *clientv3.Client, peerURLs []string) error 
 					got = append(got, m.PeerURLs...)
 				}
 				sort.Strings(got)
-				want := append([]string(nil), peerURLs...)
-				sort.Strings(want)
 				if strings.Join(got, ",") != strings.Join(want, ",") {
 					return fmt.Errorf("member %d's port answers for another cluster (peers %v, ours %v)", i, got, want)
 				}
@@ -382,25 +378,23 @@ func freePorts(t testing.TB, n int) []int {
 	return ports
 }
 
-// lastLine is the last line of a member's log, or a note that there is none.
-func lastLine(path string) string {
+// logTail is the last n lines of a member's log (none if it cannot be read or is empty).
+func logTail(path string, n int) []string {
 	data, err := os.ReadFile(path)
-	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-	if err != nil || lines[len(lines)-1] == "" {
-		return "no log"
+	text := strings.TrimSpace(string(data))
+	if err != nil || text == "" {
+		return nil
 	}
-	return lines[len(lines)-1]
+	lines := strings.Split(text, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return lines
 }
 
 // showLogTail logs the last 40 lines of a member's log.
 func showLogTail(t testing.TB, name, path string) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return
+	if lines := logTail(path, 40); lines != nil {
+		t.Logf("last lines of %s's log:\n%s", name, strings.Join(lines, "\n"))
 	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > 40 {
-		lines = lines[len(lines)-40:]
-	}
-	t.Logf("last lines of %s's log:\n%s", name, strings.Join(lines, "\n"))
 }

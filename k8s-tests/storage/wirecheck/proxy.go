@@ -36,6 +36,15 @@ type Totals struct {
 	Conns, DataFrames, DataBytes, ServerResets, GoAways int64
 }
 
+// Add counts o into t (the totals of several proxies).
+func (t *Totals) Add(o Totals) {
+	t.Conns += o.Conns
+	t.DataFrames += o.DataFrames
+	t.DataBytes += o.DataBytes
+	t.ServerResets += o.ServerResets
+	t.GoAways += o.GoAways
+}
+
 // Listen starts a proxy on a free local port in front of target (host:port).
 func Listen(target string) (*Proxy, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
