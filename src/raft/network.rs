@@ -1,5 +1,6 @@
 //! Member-to-member transport, client side: openraft RPCs over Concord's `RaftPeer` gRPC service,
-//! with bincode-encoded openraft messages as payload.
+//! with bincode-encoded openraft messages as payload. Appends go on the peer's replication
+//! stream (`replicate.rs`), votes and snapshot chunks as calls.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -23,9 +24,11 @@ use openraft::{BasicNode, OptionalSend, Vote};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::transport::Endpoint;
+use tonic::Status;
 
 use crate::transport::{eager, EagerChannel};
 
+use super::replicate::Pipes;
 use super::TypeConfig;
 use crate::pb::concordpb::raft_peer_client::RaftPeerClient;
 use crate::pb::concordpb::RaftPayload;
@@ -165,6 +168,7 @@ impl Links {
 pub struct NetworkFactory {
     links: Arc<Links>,
     channels: Arc<PeerChannels>,
+    pipes: Arc<Pipes>,
     retry: Duration,
 }
 
@@ -175,6 +179,7 @@ impl NetworkFactory {
         NetworkFactory {
             links,
             channels,
+            pipes: Arc::default(),
             retry,
         }
     }
@@ -203,6 +208,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             // TCP connection to every follower (measured: ~1,900 connects/s under reads).
             client: self.channels.client(&addr).ok(),
             addr,
+            pipes: self.pipes.clone(),
             back: self.links.returns(target),
             links: self.links.clone(),
             retry: self.retry,
@@ -228,6 +234,8 @@ pub struct PeerClient {
     target: u64,
     addr: String,
     client: Option<RaftPeerClient<EagerChannel>>,
+    /// The member's replication streams: appends go on the peer's (see [`super::replicate`]).
+    pipes: Arc<Pipes>,
     links: Arc<Links>,
     retry: Duration,
     /// The peer's returns, marked seen when a call found it unreachable.
@@ -288,16 +296,35 @@ impl PeerClient {
             let e = TransportError(format!("bad peer address {}", self.addr));
             return Err(RPCError::Unreachable(Unreachable::new(&e)));
         };
-        let data = bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let mut request = tonic::Request::new(RaftPayload { data });
-        request.set_timeout(deadline);
-        from_cluster(&mut request, self.links.cluster_id);
+        let encode =
+            || bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&e)));
         let started = Instant::now();
-        let reply = match method {
-            Method::Append => client.append_entries(request).await,
-            Method::Vote => client.vote(request).await,
-            Method::Snapshot => client.install_snapshot(request).await,
-        };
+        let mut reply = Err(Status::unimplemented("no replication stream"));
+        if matches!(method, Method::Append) {
+            if let Some(pipe) = self.pipes.to(&self.addr, client, self.links.cluster_id) {
+                reply = match tokio::time::timeout(deadline, pipe.call(encode()?)).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        pipe.abandon();
+                        Err(Status::deadline_exceeded(
+                            "no answer on the replication stream",
+                        ))
+                    }
+                };
+            }
+        }
+        // Not sent on a stream (a vote, a snapshot chunk, a peer without streams): a call.
+        if matches!(&reply, Err(s) if s.code() == tonic::Code::Unimplemented) {
+            let mut request = tonic::Request::new(RaftPayload { data: encode()? });
+            request.set_timeout(deadline.saturating_sub(started.elapsed()));
+            from_cluster(&mut request, self.links.cluster_id);
+            reply = match method {
+                Method::Append => client.append_entries(request).await,
+                Method::Vote => client.vote(request).await,
+                Method::Snapshot => client.install_snapshot(request).await,
+            }
+            .map(|r| r.into_inner().data);
+        }
         if let Err(s) = &reply {
             // No connection (refused or reset): the peer is down or its process is. A deadline
             // that passed is not this (the next append must not lose time), nor is a connect to
@@ -318,8 +345,7 @@ impl PeerClient {
             RPCError::Unreachable(Unreachable::new(&e))
         })?;
         let decoded: Result<Resp, RaftError<u64, E>> =
-            bincode::deserialize(&reply.into_inner().data)
-                .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+            bincode::deserialize(&reply).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         decoded.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }

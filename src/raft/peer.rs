@@ -1,5 +1,6 @@
 //! Member-to-member transport, server side: the `RaftPeer` gRPC service. Hands openraft messages
-//! to openraft, proposes writes forwarded by followers, and answers read-index requests (as
+//! to openraft (a leader's appends as unary calls, or as messages on its replication stream, see
+//! `replicate.rs`), proposes writes forwarded by followers, and answers read-index requests (as
 //! unary calls, or as messages on a follower's session stream, see `session.rs`).
 
 use std::sync::Arc;
@@ -21,8 +22,8 @@ use crate::pb::concordpb::{session_reply, session_request};
 use crate::pb::concordpb::{
     ForwardResponse, HelloReply, HelloRequest, LeaseRenewResponse, LeaseTimeToLiveReply,
     MemberChange, MemberChangeReply, MembersReply, MembersRequest, PreVoteReply, PreVoteRequest,
-    RaftPayload, ReadIndexRequest, ReadIndexResponse, SessionReply, SessionRequest,
-    TimeoutNowReply, TimeoutNowRequest,
+    RaftPayload, ReadIndexRequest, ReadIndexResponse, ReplicateReply, ReplicateRequest,
+    SessionReply, SessionRequest, TimeoutNowReply, TimeoutNowRequest,
 };
 use crate::pb::etcdserverpb::{
     HashKvRequest, HashKvResponse, LeaseKeepAliveRequest, LeaseTimeToLiveRequest,
@@ -31,7 +32,7 @@ use crate::pb::etcdserverpb::{
 /// The `RaftPeer` service of one member.
 pub struct PeerService {
     node: Arc<RaftNode>,
-    /// Says `true` when the member stops: its followers' sessions end then, so that the
+    /// Says `true` when the member stops: its peers' streams end then, so that the
     /// server's graceful shutdown does not wait for streams that never end by themselves.
     stop: watch::Receiver<bool>,
 }
@@ -95,12 +96,8 @@ impl RaftPeer for PeerService {
         req: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
         self.check_cluster(&req)?;
-        let res = self.node.raft.append_entries(decode(req)?).await;
-        // Accepted from a leader this member follows: the election timer restarts.
-        if matches!(&res, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
-            self.node.elector.heard_leader();
-        }
-        encode(&res)
+        let data = append_reply(&self.node, &req.into_inner().data).await?;
+        Ok(Response::new(RaftPayload { data }))
     }
 
     async fn vote(&self, req: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
@@ -290,6 +287,64 @@ impl RaftPeer for PeerService {
         let replies = UnboundedReceiverStream::new(rx).take_until(self.stopping());
         Ok(Response::new(Box::pin(replies)))
     }
+
+    async fn replicate(
+        &self,
+        req: Request<Streaming<ReplicateRequest>>,
+    ) -> Result<Response<ReplicateStream>, Status> {
+        self.check_cluster(&req)?;
+        let mut requests = req.into_inner();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let node = self.node.clone();
+        let stopping = self.stopping();
+        // Each append runs on its own, as each unary call did: a heartbeat of a read-index
+        // round does not wait behind an append's log write.
+        tokio::spawn(async move {
+            tokio::pin!(stopping);
+            loop {
+                let request = tokio::select! {
+                    r = requests.next() => r,
+                    () = &mut stopping => None,
+                };
+                let Some(Ok(request)) = request else { break };
+                let (node, tx) = (node.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let reply = match append_reply(&node, &request.data).await {
+                        Ok(data) => ReplicateReply {
+                            id: request.id,
+                            data,
+                            ..Default::default()
+                        },
+                        Err(status) => ReplicateReply {
+                            id: request.id,
+                            data: Vec::new(),
+                            code: status.code() as i32,
+                            message: status.message().to_string(),
+                        },
+                    };
+                    let _ = tx.send(Ok(reply));
+                });
+            }
+        });
+        let replies = UnboundedReceiverStream::new(rx).take_until(self.stopping());
+        Ok(Response::new(Box::pin(replies)))
+    }
+}
+
+/// The stream of a replication stream's answers.
+type ReplicateStream =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<ReplicateReply, Status>> + Send>>;
+
+/// Hands an encoded AppendEntries to openraft and encodes its answer.
+async fn append_reply(node: &RaftNode, data: &[u8]) -> Result<Vec<u8>, Status> {
+    let rpc = bincode::deserialize(data)
+        .map_err(|e| Status::invalid_argument(format!("bad raft payload: {e}")))?;
+    let res = node.raft.append_entries(rpc).await;
+    // Accepted from a leader this member follows: the election timer restarts.
+    if matches!(&res, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+        node.elector.heard_leader();
+    }
+    bincode::serialize(&res).map_err(|e| Status::internal(e.to_string()))
 }
 
 /// The stream of a session's answers.

@@ -13,15 +13,13 @@
 //! `Unimplemented` (an older member) is remembered, and requests to it use the unary calls for
 //! a minute before a session is tried again (a rolling upgrade may have replaced it).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
+use super::mux::Mux;
 use super::route::undelivered;
 use crate::error::{Error, Result};
 use crate::pb::concordpb::raft_peer_client::RaftPeerClient;
@@ -31,9 +29,6 @@ use crate::transport::EagerChannel;
 /// How long a leader that answered `Unimplemented` is asked by unary calls before a session
 /// is tried again (it may have been upgraded meanwhile, keeping its ID).
 const TRY_AGAIN: Duration = Duration::from_secs(60);
-
-/// What a session request waits for.
-type Waiter = oneshot::Sender<Result<session_reply::Body>>;
 
 /// This member's session with the leader it follows, made when first needed.
 #[derive(Default)]
@@ -98,10 +93,7 @@ impl Sessions {
 /// One open stream to a leader and the requests waiting on it.
 pub(super) struct Session {
     leader: u64,
-    tx: mpsc::UnboundedSender<SessionRequest>,
-    next_id: AtomicU64,
-    /// Requests sent and not answered; `None` once the stream has ended.
-    waiting: Mutex<Option<HashMap<u64, Waiter>>>,
+    mux: Mux<SessionRequest, session_reply::Body, Error>,
 }
 
 impl Session {
@@ -112,13 +104,8 @@ impl Session {
         cluster_id: u64,
         sessions: std::sync::Weak<Sessions>,
     ) -> Arc<Session> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let session = Arc::new(Session {
-            leader,
-            tx,
-            next_id: AtomicU64::new(1),
-            waiting: Mutex::new(Some(HashMap::new())),
-        });
+        let (mux, rx) = Mux::new();
+        let session = Arc::new(Session { leader, mux });
         let weak = Arc::downgrade(&session);
         tokio::spawn(async move {
             let mut request = tonic::Request::new(UnboundedReceiverStream::new(rx));
@@ -139,7 +126,7 @@ impl Session {
                         Error::LeaderChanged
                     };
                     if let Some(s) = weak.upgrade() {
-                        s.close(e);
+                        s.mux.close(e);
                     }
                     return;
                 }
@@ -147,32 +134,19 @@ impl Session {
             while let Some(reply) = replies.next().await {
                 let Ok(reply) = reply else { break };
                 let Some(s) = weak.upgrade() else { return };
-                let waiter = s.lock().as_mut().and_then(|w| w.remove(&reply.id));
-                if let (Some(waiter), Some(body)) = (waiter, reply.body) {
-                    let _ = waiter.send(Ok(body));
+                if let Some(body) = reply.body {
+                    s.mux.deliver(reply.id, body);
                 }
             }
             if let Some(s) = weak.upgrade() {
-                s.close(Error::LeaderChanged);
+                s.mux.close(Error::LeaderChanged);
             }
         });
         session
     }
 
-    fn lock(&self) -> MutexGuard<'_, Option<HashMap<u64, Waiter>>> {
-        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     fn is_closed(&self) -> bool {
-        self.lock().is_none()
-    }
-
-    /// Ends the session: every request still waiting ends with `error`.
-    fn close(&self, error: Error) {
-        let waiting = self.lock().take();
-        for (_, waiter) in waiting.into_iter().flatten() {
-            let _ = waiter.send(Err(error));
-        }
+        self.mux.is_closed()
     }
 
     /// Sends `body` to the leader and waits for its answer. The caller bounds the wait (and
@@ -182,47 +156,13 @@ impl Session {
     /// [`Error::NoLeader`] when the request was never sent, [`Error::LeaderChanged`] when the
     /// stream ended after it may have been.
     pub(super) async fn call(&self, body: session_request::Body) -> Result<session_reply::Body> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        {
-            let mut waiting = self.lock();
-            let Some(w) = waiting.as_mut() else {
-                return Err(Error::NoLeader);
-            };
-            w.insert(id, tx);
-            // Under the lock: the stream's end cannot slip between the insert and the send.
-            if self
-                .tx
-                .send(SessionRequest {
-                    id,
-                    body: Some(body),
-                })
-                .is_err()
-            {
-                w.remove(&id);
-                return Err(Error::NoLeader);
-            }
-        }
-        let forget = Forget { session: self, id };
-        let answer = rx.await;
-        // Answered or ended: the stream's task has taken the waiter already.
-        std::mem::forget(forget);
-        answer.unwrap_or(Err(Error::LeaderChanged))
-    }
-}
-
-/// Removes a request's waiter when its caller stops waiting before an answer (a leader change,
-/// a timeout).
-struct Forget<'a> {
-    session: &'a Session,
-    id: u64,
-}
-
-impl Drop for Forget<'_> {
-    fn drop(&mut self) {
-        if let Some(w) = self.session.lock().as_mut() {
-            w.remove(&self.id);
-        }
+        let make = |id| SessionRequest {
+            id,
+            body: Some(body),
+        };
+        self.mux
+            .call(make, Error::NoLeader, Error::LeaderChanged)
+            .await
     }
 }
 
@@ -270,6 +210,7 @@ mod tests {
     use super::*;
     use crate::pb::concordpb::raft_peer_server::{RaftPeer, RaftPeerServer};
     use crate::pb::concordpb::{ReadIndexRequest, ReadIndexResponse, SessionReply};
+    use tokio::sync::mpsc;
     use tonic::{Request, Response, Status, Streaming};
 
     type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
@@ -366,7 +307,8 @@ mod tests {
             sessions.open_to(8).is_none(),
             "no session with another leader"
         );
-        assert!(session.lock().as_ref().is_some_and(|w| w.is_empty()));
+        assert_eq!(session.mux.waiting(), 0);
+        assert!(!session.is_closed());
         Ok(())
     }
 

@@ -1,0 +1,336 @@
+//! A leader's appends to each follower (replication and heartbeats) as messages on one
+//! long-lived gRPC stream per peer (`RaftPeer.Replicate`), answered on the stream coming back,
+//! instead of a unary `AppendEntries` call each.
+//!
+//! A unary call costs a new HTTP/2 stream with its headers and trailers on both members, and
+//! every put on three members waits for one append round trip, every linearizable read for one
+//! heartbeat round (etcd keeps its `MsgApp` streams open). All of a member's replication
+//! streams and read-index heartbeats to one peer share its stream; the follower runs each
+//! append on a task of its own, as it ran each call.
+//!
+//! Failures read as the unary call's would ([`PeerClient`](super::network::PeerClient) maps
+//! them): a stream that could not be opened gives the call's status (`Unavailable` when the
+//! peer is down); one that broke or ended afterwards fails the appends waiting on it, which
+//! openraft sends again, and the next append opens a new stream. A peer that answers
+//! `Unimplemented` (an older member) gets unary calls for a minute before a stream is tried
+//! again (a rolling upgrade may have replaced it).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use tokio::task::AbortHandle;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{Code, Status};
+
+use super::mux::Mux;
+use crate::pb::concordpb::raft_peer_client::RaftPeerClient;
+use crate::pb::concordpb::{ReplicateReply, ReplicateRequest};
+use crate::transport::EagerChannel;
+
+/// How long a peer that answered `Unimplemented` gets unary calls before a stream is tried again.
+const TRY_AGAIN: Duration = Duration::from_secs(60);
+
+/// This member's replication streams, by peer URL, opened when first needed.
+#[derive(Default)]
+pub(super) struct Pipes {
+    state: Mutex<HashMap<String, PipeState>>,
+}
+
+#[derive(Default)]
+struct PipeState {
+    /// The stream to this peer, if one was opened.
+    current: Option<Arc<Pipe>>,
+    /// When the peer answered `Unimplemented`: unary calls until [`TRY_AGAIN`] has passed.
+    without: Option<Instant>,
+}
+
+impl Pipes {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, PipeState>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The open stream to the peer at `addr`, opened on `client` if there is none; `None` when
+    /// the peer has no replication streams (use the unary call).
+    pub(super) fn to(
+        self: &Arc<Self>,
+        addr: &str,
+        client: &RaftPeerClient<EagerChannel>,
+        cluster_id: u64,
+    ) -> Option<Arc<Pipe>> {
+        let mut state = self.lock();
+        let peer = state.entry(addr.to_string()).or_default();
+        if peer
+            .without
+            .is_some_and(|since| since.elapsed() < TRY_AGAIN)
+        {
+            return None;
+        }
+        if let Some(p) = peer.current.as_ref().filter(|p| !p.mux.is_closed()) {
+            return Some(p.clone());
+        }
+        let pipe = Pipe::open(
+            addr.to_string(),
+            client.clone(),
+            cluster_id,
+            Arc::downgrade(self),
+        );
+        peer.current = Some(pipe.clone());
+        Some(pipe)
+    }
+
+    /// The peer at `addr` answered `Unimplemented`: it gets unary calls for [`TRY_AGAIN`].
+    fn unsupported(&self, addr: &str) {
+        self.lock().entry(addr.to_string()).or_default().without = Some(Instant::now());
+    }
+}
+
+/// One open replication stream to a peer and the appends waiting on it.
+pub(super) struct Pipe {
+    mux: Mux<ReplicateRequest, ReplicateReply, Status>,
+    /// The stream's task, aborted when the stream is abandoned.
+    task: OnceLock<AbortHandle>,
+}
+
+impl Pipe {
+    /// Opens the stream on `client` and starts the task that hands out its answers.
+    fn open(
+        addr: String,
+        mut client: RaftPeerClient<EagerChannel>,
+        cluster_id: u64,
+        pipes: Weak<Pipes>,
+    ) -> Arc<Pipe> {
+        let (mux, rx) = Mux::new();
+        let pipe = Arc::new(Pipe {
+            mux,
+            task: OnceLock::new(),
+        });
+        let weak = Arc::downgrade(&pipe);
+        let task = tokio::spawn(async move {
+            let mut request = tonic::Request::new(UnboundedReceiverStream::new(rx));
+            super::network::from_cluster(&mut request, cluster_id);
+            let mut replies = match client.replicate(request).await {
+                Ok(r) => r.into_inner(),
+                Err(status) => {
+                    if status.code() == Code::Unimplemented {
+                        if let Some(p) = pipes.upgrade() {
+                            p.unsupported(&addr);
+                        }
+                    }
+                    if let Some(p) = weak.upgrade() {
+                        p.mux.close(status);
+                    }
+                    return;
+                }
+            };
+            let ended = loop {
+                match replies.next().await {
+                    Some(Ok(reply)) => {
+                        let Some(p) = weak.upgrade() else { return };
+                        p.mux.deliver(reply.id, reply);
+                    }
+                    Some(Err(status)) => break status,
+                    // The peer ends its streams only as it stops.
+                    None => break Status::unavailable("the peer ended its replication stream"),
+                }
+            };
+            if let Some(p) = weak.upgrade() {
+                p.mux.close(ended);
+            }
+        });
+        let _ = pipe.task.set(task.abort_handle());
+        pipe
+    }
+
+    /// Gives the stream up after an append found no answer in its time: the appends waiting
+    /// on it fail, and what is queued behind them is dropped, not kept for a peer that may
+    /// be cut off for long (the next append opens a new stream).
+    pub(super) fn abandon(&self) {
+        self.mux.close(Status::deadline_exceeded(
+            "the replication stream was abandoned",
+        ));
+        if let Some(task) = self.task.get() {
+            task.abort();
+        }
+    }
+
+    /// Sends the encoded AppendEntries `data` and waits for the peer's encoded answer. The
+    /// caller bounds the wait.
+    ///
+    /// # Errors
+    /// The status the stream failed with, or the one the peer answered: `Unimplemented` when
+    /// the peer has no replication streams (nothing was sent: use the unary call).
+    pub(super) async fn call(&self, data: Vec<u8>) -> Result<Vec<u8>, Status> {
+        let make = |id| ReplicateRequest { id, data };
+        let unsent = Status::unavailable("the replication stream had ended");
+        let broken = Status::unavailable("the replication stream's task ended");
+        let reply = self.mux.call(make, unsent, broken).await?;
+        match Code::from(reply.code) {
+            Code::Ok => Ok(reply.data),
+            code => Err(Status::new(code, reply.message)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::concordpb::raft_peer_server::{RaftPeer, RaftPeerServer};
+    use tokio::sync::mpsc;
+    use tonic::{Request, Response, Streaming};
+
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
+
+    type Replies =
+        std::pin::Pin<Box<dyn futures::Stream<Item = Result<ReplicateReply, Status>> + Send>>;
+
+    /// A follower that answers each pair of appends in reverse order, echoing the payload
+    /// reversed; a payload `[0]` is refused as a bad one; with `hang_up`, it ends the stream
+    /// after the first append.
+    struct FakeFollower {
+        hang_up: bool,
+    }
+
+    #[tonic::async_trait]
+    impl RaftPeer for FakeFollower {
+        async fn replicate(
+            &self,
+            req: Request<Streaming<ReplicateRequest>>,
+        ) -> std::result::Result<Response<Replies>, Status> {
+            let mut requests = req.into_inner();
+            let hang_up = self.hang_up;
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(async move {
+                let mut held = Vec::new();
+                while let Some(Ok(r)) = requests.next().await {
+                    if hang_up {
+                        return;
+                    }
+                    held.push(r);
+                    if held.len() == 2 {
+                        for r in held.drain(..).rev() {
+                            let reply = if r.data == [0] {
+                                ReplicateReply {
+                                    id: r.id,
+                                    code: Code::InvalidArgument as i32,
+                                    message: "bad raft payload".into(),
+                                    ..Default::default()
+                                }
+                            } else {
+                                let mut data = r.data;
+                                data.reverse();
+                                ReplicateReply {
+                                    id: r.id,
+                                    data,
+                                    ..Default::default()
+                                }
+                            };
+                            let _ = tx.send(Ok(reply));
+                        }
+                    }
+                }
+            });
+            Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+        }
+    }
+
+    /// A member without replication streams.
+    struct OldFollower;
+
+    #[tonic::async_trait]
+    impl RaftPeer for OldFollower {}
+
+    fn client_of<S: RaftPeer>(server: S) -> RaftPeerClient<EagerChannel> {
+        let (connector, incoming) = crate::transport::in_process::pipe();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(RaftPeerServer::new(server))
+                .serve_with_incoming(incoming),
+        );
+        let channel = tonic::transport::Endpoint::from_static("http://in-process")
+            .connect_with_connector_lazy(connector);
+        RaftPeerClient::new(crate::transport::eager(channel))
+    }
+
+    #[tokio::test]
+    async fn appends_get_their_own_answers_and_the_peers_refusals() -> TestResult {
+        let pipes = Arc::new(Pipes::default());
+        let client = client_of(FakeFollower { hang_up: false });
+        let pipe = pipes.to("a", &client, 1).ok_or("a stream")?;
+        let (first, second) = tokio::join!(pipe.call(vec![1, 2]), pipe.call(vec![3, 4]));
+        assert_eq!(first?, [2, 1]);
+        assert_eq!(second?, [4, 3]);
+        let (good, bad) = tokio::join!(pipe.call(vec![5, 6]), pipe.call(vec![0]));
+        assert_eq!(good?, [6, 5]);
+        let bad = bad.err().ok_or("a refusal")?;
+        assert_eq!(
+            (bad.code(), bad.message()),
+            (Code::InvalidArgument, "bad raft payload")
+        );
+        let again = pipes.to("a", &client, 1).ok_or("a stream")?;
+        assert!(Arc::ptr_eq(&pipe, &again), "one stream per peer");
+        let other = pipes.to("b", &client, 1).ok_or("a stream")?;
+        assert!(!Arc::ptr_eq(&pipe, &other), "a stream of its own per peer");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_ends_fails_its_appends_and_is_replaced() -> TestResult {
+        let pipes = Arc::new(Pipes::default());
+        let client = client_of(FakeFollower { hang_up: true });
+        let pipe = pipes.to("a", &client, 1).ok_or("a stream")?;
+        let failed = pipe.call(vec![1]).await.err().ok_or("no answer")?;
+        assert_eq!(failed.code(), Code::Unavailable, "{failed:?}");
+        assert!(pipe.mux.is_closed());
+        let next = pipes.to("a", &client, 1).ok_or("a new stream")?;
+        assert!(!Arc::ptr_eq(&pipe, &next), "an ended stream is replaced");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_stream_fails_its_appends_and_is_replaced() -> TestResult {
+        let pipes = Arc::new(Pipes::default());
+        let client = client_of(FakeFollower { hang_up: false });
+        let pipe = pipes.to("a", &client, 1).ok_or("a stream")?;
+        // The fake answers appends in pairs: a lone one waits.
+        let waiting = tokio::spawn({
+            let pipe = pipe.clone();
+            async move { pipe.call(vec![1]).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        pipe.abandon();
+        let failed = waiting.await?.err().ok_or("no answer")?;
+        assert_eq!(failed.code(), Code::DeadlineExceeded, "{failed:?}");
+        let next = pipes.to("a", &client, 1).ok_or("a new stream")?;
+        assert!(
+            !Arc::ptr_eq(&pipe, &next),
+            "an abandoned stream is replaced"
+        );
+        let (first, second) = tokio::join!(next.call(vec![1, 2]), next.call(vec![3, 4]));
+        assert_eq!((first?, second?), (vec![2, 1], vec![4, 3]));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_peer_without_streams_gets_unary_calls_for_a_while() -> TestResult {
+        let pipes = Arc::new(Pipes::default());
+        let client = client_of(OldFollower);
+        let pipe = pipes.to("a", &client, 1).ok_or("a stream is tried first")?;
+        let refused = pipe.call(vec![1]).await.err().ok_or("refused")?;
+        assert_eq!(refused.code(), Code::Unimplemented);
+        assert!(
+            pipes.to("a", &client, 1).is_none(),
+            "unary calls for a while"
+        );
+        assert!(pipes.to("b", &client, 1).is_some(), "another peer is tried");
+        if let Some(peer) = pipes.lock().get_mut("a") {
+            peer.without = Instant::now().checked_sub(TRY_AGAIN);
+        }
+        assert!(
+            pipes.to("a", &client, 1).is_some(),
+            "a stream is tried again after a while (the peer may have been upgraded)"
+        );
+        Ok(())
+    }
+}
