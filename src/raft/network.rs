@@ -213,7 +213,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             links: self.links.clone(),
             retry: self.retry,
             unreachable: false,
-            last: Method::Append,
+            last: Method::Append { entries: false },
         }
     }
 }
@@ -264,7 +264,7 @@ impl PeerClient {
         E: std::error::Error + DeserializeOwned,
     {
         let started = Instant::now();
-        if self.unreachable && matches!(method, Method::Append) {
+        if self.unreachable && matches!(method, Method::Append { .. }) {
             let _ = tokio::time::timeout(option.hard_ttl() / 2, self.back.changed()).await;
         }
         // Seen before the call: a return signalled while it runs wakes the next wait.
@@ -286,7 +286,7 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        if matches!(method, Method::Append) && self.links.quiet.load(Ordering::SeqCst) {
+        if matches!(method, Method::Append { .. }) && self.links.quiet.load(Ordering::SeqCst) {
             self.unreachable = true;
             let e = TransportError("quiet: leadership transfer in progress".into());
             return Err(RPCError::Unreachable(Unreachable::new(&e)));
@@ -300,8 +300,9 @@ impl PeerClient {
             || bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&e)));
         let started = Instant::now();
         let mut reply = Err(Status::unimplemented("no replication stream"));
-        if matches!(method, Method::Append) {
-            if let Some(pipe) = self.pipes.to(&self.addr, client, self.links.cluster_id) {
+        if let Method::Append { entries } = method {
+            let lane = (self.addr.as_str(), entries);
+            if let Some(pipe) = self.pipes.to(lane, client, self.links.cluster_id) {
                 reply = match tokio::time::timeout(deadline, pipe.call(encode()?)).await {
                     Ok(r) => r,
                     Err(_) => {
@@ -319,7 +320,7 @@ impl PeerClient {
             request.set_timeout(deadline.saturating_sub(started.elapsed()));
             from_cluster(&mut request, self.links.cluster_id);
             reply = match method {
-                Method::Append => client.append_entries(request).await,
+                Method::Append { .. } => client.append_entries(request).await,
                 Method::Vote => client.vote(request).await,
                 Method::Snapshot => client.install_snapshot(request).await,
             }
@@ -373,7 +374,11 @@ impl PeerClient {
 
 #[derive(Clone, Copy)]
 enum Method {
-    Append,
+    /// An AppendEntries; `entries` unless a heartbeat (each kind has its own stream to the
+    /// peer, so a heartbeat never waits behind a large append's data).
+    Append {
+        entries: bool,
+    },
     Vote,
     Snapshot,
 }
@@ -389,7 +394,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     fn backoff(&self) -> Backoff {
         let pause = match self.last {
             Method::Snapshot => self.retry,
-            Method::Append | Method::Vote => self.retry / 10,
+            Method::Append { .. } | Method::Vote => self.retry / 10,
         };
         Backoff::new(std::iter::repeat(pause))
     }
@@ -399,7 +404,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        let resp = self.call(Method::Append, &rpc, &option).await?;
+        let method = Method::Append {
+            entries: !rpc.entries.is_empty(),
+        };
+        let resp = self.call(method, &rpc, &option).await?;
         // The peer refused as the leader of a newer term: a deposed leader (back from a pause
         // or a partition) has just heard its successor, and follows it from now on. Counting
         // that as hearing the leader lets it forward its clients' requests at once, instead of

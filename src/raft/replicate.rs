@@ -32,11 +32,17 @@ use crate::transport::EagerChannel;
 /// How long a peer that answered `Unimplemented` gets unary calls before a stream is tried again.
 const TRY_AGAIN: Duration = Duration::from_secs(60);
 
-/// This member's replication streams, by peer URL, opened when first needed.
+/// This member's replication streams, opened when first needed: two per peer URL, one for
+/// appends that carry entries and one for heartbeats, as etcd keeps its `MsgApp` stream apart
+/// from its other messages (a heartbeat of a read-index round never waits behind a large
+/// append's data on one HTTP/2 stream).
 #[derive(Default)]
 pub(super) struct Pipes {
-    state: Mutex<HashMap<String, PipeState>>,
+    state: Mutex<HashMap<Lane, PipeState>>,
 }
+
+/// A peer URL, and whether the stream carries entries.
+type Lane = (String, bool);
 
 #[derive(Default)]
 struct PipeState {
@@ -47,20 +53,21 @@ struct PipeState {
 }
 
 impl Pipes {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, PipeState>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Lane, PipeState>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The open stream to the peer at `addr`, opened on `client` if there is none; `None` when
-    /// the peer has no replication streams (use the unary call).
+    /// The open stream of `lane` (a peer URL, and whether for entries), opened on `client` if
+    /// there is none; `None` when the peer has no replication streams (use the unary call).
     pub(super) fn to(
         self: &Arc<Self>,
-        addr: &str,
+        (addr, entries): (&str, bool),
         client: &RaftPeerClient<EagerChannel>,
         cluster_id: u64,
     ) -> Option<Arc<Pipe>> {
+        let lane = (addr.to_string(), entries);
         let mut state = self.lock();
-        let peer = state.entry(addr.to_string()).or_default();
+        let peer = state.entry(lane.clone()).or_default();
         if peer
             .without
             .is_some_and(|since| since.elapsed() < TRY_AGAIN)
@@ -70,19 +77,14 @@ impl Pipes {
         if let Some(p) = peer.current.as_ref().filter(|p| !p.mux.is_closed()) {
             return Some(p.clone());
         }
-        let pipe = Pipe::open(
-            addr.to_string(),
-            client.clone(),
-            cluster_id,
-            Arc::downgrade(self),
-        );
+        let pipe = Pipe::open(lane, client.clone(), cluster_id, Arc::downgrade(self));
         peer.current = Some(pipe.clone());
         Some(pipe)
     }
 
-    /// The peer at `addr` answered `Unimplemented`: it gets unary calls for [`TRY_AGAIN`].
-    fn unsupported(&self, addr: &str) {
-        self.lock().entry(addr.to_string()).or_default().without = Some(Instant::now());
+    /// The peer of `lane` answered `Unimplemented`: it gets unary calls for [`TRY_AGAIN`].
+    fn unsupported(&self, lane: Lane) {
+        self.lock().entry(lane).or_default().without = Some(Instant::now());
     }
 }
 
@@ -96,7 +98,7 @@ pub(super) struct Pipe {
 impl Pipe {
     /// Opens the stream on `client` and starts the task that hands out its answers.
     fn open(
-        addr: String,
+        lane: Lane,
         mut client: RaftPeerClient<EagerChannel>,
         cluster_id: u64,
         pipes: Weak<Pipes>,
@@ -115,7 +117,7 @@ impl Pipe {
                 Err(status) => {
                     if status.code() == Code::Unimplemented {
                         if let Some(p) = pipes.upgrade() {
-                            p.unsupported(&addr);
+                            p.unsupported(lane);
                         }
                     }
                     if let Some(p) = weak.upgrade() {
@@ -257,7 +259,7 @@ mod tests {
     async fn appends_get_their_own_answers_and_the_peers_refusals() -> TestResult {
         let pipes = Arc::new(Pipes::default());
         let client = client_of(FakeFollower { hang_up: false });
-        let pipe = pipes.to("a", &client, 1).ok_or("a stream")?;
+        let pipe = pipes.to(("a", true), &client, 1).ok_or("a stream")?;
         let (first, second) = tokio::join!(pipe.call(vec![1, 2]), pipe.call(vec![3, 4]));
         assert_eq!(first?, [2, 1]);
         assert_eq!(second?, [4, 3]);
@@ -268,10 +270,12 @@ mod tests {
             (bad.code(), bad.message()),
             (Code::InvalidArgument, "bad raft payload")
         );
-        let again = pipes.to("a", &client, 1).ok_or("a stream")?;
+        let again = pipes.to(("a", true), &client, 1).ok_or("a stream")?;
         assert!(Arc::ptr_eq(&pipe, &again), "one stream per peer");
-        let other = pipes.to("b", &client, 1).ok_or("a stream")?;
+        let other = pipes.to(("b", true), &client, 1).ok_or("a stream")?;
         assert!(!Arc::ptr_eq(&pipe, &other), "a stream of its own per peer");
+        let beats = pipes.to(("a", false), &client, 1).ok_or("a stream")?;
+        assert!(!Arc::ptr_eq(&pipe, &beats), "heartbeats have their own");
         Ok(())
     }
 
@@ -279,11 +283,11 @@ mod tests {
     async fn a_stream_that_ends_fails_its_appends_and_is_replaced() -> TestResult {
         let pipes = Arc::new(Pipes::default());
         let client = client_of(FakeFollower { hang_up: true });
-        let pipe = pipes.to("a", &client, 1).ok_or("a stream")?;
+        let pipe = pipes.to(("a", true), &client, 1).ok_or("a stream")?;
         let failed = pipe.call(vec![1]).await.err().ok_or("no answer")?;
         assert_eq!(failed.code(), Code::Unavailable, "{failed:?}");
         assert!(pipe.mux.is_closed());
-        let next = pipes.to("a", &client, 1).ok_or("a new stream")?;
+        let next = pipes.to(("a", true), &client, 1).ok_or("a new stream")?;
         assert!(!Arc::ptr_eq(&pipe, &next), "an ended stream is replaced");
         Ok(())
     }
@@ -292,7 +296,7 @@ mod tests {
     async fn an_abandoned_stream_fails_its_appends_and_is_replaced() -> TestResult {
         let pipes = Arc::new(Pipes::default());
         let client = client_of(FakeFollower { hang_up: false });
-        let pipe = pipes.to("a", &client, 1).ok_or("a stream")?;
+        let pipe = pipes.to(("a", true), &client, 1).ok_or("a stream")?;
         // The fake answers appends in pairs: a lone one waits.
         let waiting = tokio::spawn({
             let pipe = pipe.clone();
@@ -302,7 +306,7 @@ mod tests {
         pipe.abandon();
         let failed = waiting.await?.err().ok_or("no answer")?;
         assert_eq!(failed.code(), Code::DeadlineExceeded, "{failed:?}");
-        let next = pipes.to("a", &client, 1).ok_or("a new stream")?;
+        let next = pipes.to(("a", true), &client, 1).ok_or("a new stream")?;
         assert!(
             !Arc::ptr_eq(&pipe, &next),
             "an abandoned stream is replaced"
@@ -316,19 +320,24 @@ mod tests {
     async fn a_peer_without_streams_gets_unary_calls_for_a_while() -> TestResult {
         let pipes = Arc::new(Pipes::default());
         let client = client_of(OldFollower);
-        let pipe = pipes.to("a", &client, 1).ok_or("a stream is tried first")?;
+        let pipe = pipes
+            .to(("a", true), &client, 1)
+            .ok_or("a stream is tried first")?;
         let refused = pipe.call(vec![1]).await.err().ok_or("refused")?;
         assert_eq!(refused.code(), Code::Unimplemented);
         assert!(
-            pipes.to("a", &client, 1).is_none(),
+            pipes.to(("a", true), &client, 1).is_none(),
             "unary calls for a while"
         );
-        assert!(pipes.to("b", &client, 1).is_some(), "another peer is tried");
-        if let Some(peer) = pipes.lock().get_mut("a") {
+        assert!(
+            pipes.to(("b", true), &client, 1).is_some(),
+            "another peer is tried"
+        );
+        if let Some(peer) = pipes.lock().get_mut(&("a".to_string(), true)) {
             peer.without = Instant::now().checked_sub(TRY_AGAIN);
         }
         assert!(
-            pipes.to("a", &client, 1).is_some(),
+            pipes.to(("a", true), &client, 1).is_some(),
             "a stream is tried again after a while (the peer may have been upgraded)"
         );
         Ok(())
