@@ -116,6 +116,66 @@ impl<Req, Ans, E: Clone> Drop for Forget<'_, Req, Ans, E> {
     }
 }
 
+/// Fakes of the other member, for the tests of the streams built on [`Mux`].
+#[cfg(test)]
+pub(super) mod fake {
+    use futures::StreamExt;
+    use tokio::sync::mpsc;
+    use tokio_stream::wrappers::UnboundedReceiverStream;
+    use tonic::{Status, Streaming};
+
+    use crate::pb::concordpb::raft_peer_client::RaftPeerClient;
+    use crate::pb::concordpb::raft_peer_server::{RaftPeer, RaftPeerServer};
+    use crate::transport::EagerChannel;
+
+    /// A stream's answers.
+    pub(in crate::raft) type Replies<T> =
+        std::pin::Pin<Box<dyn futures::Stream<Item = Result<T, Status>> + Send>>;
+
+    /// A client of `server`, served in-process.
+    pub(in crate::raft) fn client_of<S: RaftPeer>(server: S) -> RaftPeerClient<EagerChannel> {
+        let (connector, incoming) = crate::transport::in_process::pipe();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(RaftPeerServer::new(server))
+                .serve_with_incoming(incoming),
+        );
+        let channel = tonic::transport::Endpoint::from_static("http://in-process")
+            .connect_with_connector_lazy(connector);
+        RaftPeerClient::new(crate::transport::eager(channel))
+    }
+
+    /// Answers each pair of `requests` in reverse order with `answer`; or, with `hang_up`,
+    /// ends the stream after the first request.
+    pub(in crate::raft) fn pairs_reversed<Req, Rep>(
+        mut requests: Streaming<Req>,
+        hang_up: bool,
+        answer: impl Fn(Req) -> Rep + Send + 'static,
+    ) -> Replies<Rep>
+    where
+        Req: Send + 'static,
+        Rep: Send + 'static,
+        Streaming<Req>: futures::Stream<Item = Result<Req, Status>>,
+    {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Some(Ok(r)) = requests.next().await {
+                if hang_up {
+                    return;
+                }
+                held.push(r);
+                if held.len() == 2 {
+                    for r in held.drain(..).rev() {
+                        let _ = tx.send(Ok(answer(r)));
+                    }
+                }
+            }
+        });
+        Box::pin(UnboundedReceiverStream::new(rx))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -256,49 +256,69 @@ impl RaftPeer for PeerService {
     async fn session(
         &self,
         req: Request<Streaming<SessionRequest>>,
-    ) -> Result<Response<SessionStream>, Status> {
+    ) -> Result<Response<Replies<SessionReply>>, Status> {
         self.check_cluster(&req)?;
-        let mut requests = req.into_inner();
-        let (tx, rx) = mpsc::unbounded_channel();
-        let node = self.node.clone();
-        let stopping = self.stopping();
-        // Each request runs on its own (a write waits for its commit, a read index for its
-        // round); the answers stream back as they finish, and the stream ends after the
-        // follower's end and the last answer, or when this member stops.
-        tokio::spawn(async move {
-            tokio::pin!(stopping);
-            loop {
-                let request = tokio::select! {
-                    r = requests.next() => r,
-                    () = &mut stopping => None,
-                };
-                let Some(Ok(request)) = request else { break };
-                let Some(body) = request.body else { continue };
-                let (node, tx) = (node.clone(), tx.clone());
-                tokio::spawn(async move {
-                    let body = answer(&node, body).await;
-                    let _ = tx.send(Ok(SessionReply {
-                        id: request.id,
-                        body: Some(body),
-                    }));
-                });
-            }
+        // A write waits for its commit, a read index for its round.
+        let replies = self.each_on_its_own(req.into_inner(), |node, request| async move {
+            let body = match request.body {
+                Some(body) => Some(answer(&node, body).await),
+                None => None,
+            };
+            body.map(|body| SessionReply {
+                id: request.id,
+                body: Some(body),
+            })
         });
-        let replies = UnboundedReceiverStream::new(rx).take_until(self.stopping());
-        Ok(Response::new(Box::pin(replies)))
+        Ok(Response::new(replies))
     }
 
     async fn replicate(
         &self,
         req: Request<Streaming<ReplicateRequest>>,
-    ) -> Result<Response<ReplicateStream>, Status> {
+    ) -> Result<Response<Replies<ReplicateReply>>, Status> {
         self.check_cluster(&req)?;
-        let mut requests = req.into_inner();
+        // As each unary call did: a heartbeat of a read-index round does not wait behind an
+        // append's log write.
+        let replies = self.each_on_its_own(req.into_inner(), |node, request| async move {
+            Some(match append_reply(&node, &request.data).await {
+                Ok(data) => ReplicateReply {
+                    id: request.id,
+                    data,
+                    ..Default::default()
+                },
+                Err(status) => ReplicateReply {
+                    id: request.id,
+                    data: Vec::new(),
+                    code: status.code() as i32,
+                    message: status.message().to_string(),
+                },
+            })
+        });
+        Ok(Response::new(replies))
+    }
+}
+
+/// The answers of a peer's long-lived stream, as they finish.
+type Replies<T> = std::pin::Pin<Box<dyn futures::Stream<Item = Result<T, Status>> + Send>>;
+
+impl PeerService {
+    /// Runs `handle` on each request of a peer's stream, each on a task of its own; the answers
+    /// (`None`: none) stream back as they finish. The stream ends after the peer's end and the
+    /// last answer, or when this member stops.
+    fn each_on_its_own<Req, Rep, F, Fut>(
+        &self,
+        mut requests: Streaming<Req>,
+        handle: F,
+    ) -> Replies<Rep>
+    where
+        Req: Send + 'static,
+        Rep: Send + 'static,
+        F: Fn(Arc<RaftNode>, Req) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Option<Rep>> + Send + 'static,
+    {
         let (tx, rx) = mpsc::unbounded_channel();
         let node = self.node.clone();
         let stopping = self.stopping();
-        // Each append runs on its own, as each unary call did: a heartbeat of a read-index
-        // round does not wait behind an append's log write.
         tokio::spawn(async move {
             tokio::pin!(stopping);
             loop {
@@ -307,33 +327,18 @@ impl RaftPeer for PeerService {
                     () = &mut stopping => None,
                 };
                 let Some(Ok(request)) = request else { break };
-                let (node, tx) = (node.clone(), tx.clone());
+                let work = handle(node.clone(), request);
+                let tx = tx.clone();
                 tokio::spawn(async move {
-                    let reply = match append_reply(&node, &request.data).await {
-                        Ok(data) => ReplicateReply {
-                            id: request.id,
-                            data,
-                            ..Default::default()
-                        },
-                        Err(status) => ReplicateReply {
-                            id: request.id,
-                            data: Vec::new(),
-                            code: status.code() as i32,
-                            message: status.message().to_string(),
-                        },
-                    };
-                    let _ = tx.send(Ok(reply));
+                    if let Some(reply) = work.await {
+                        let _ = tx.send(Ok(reply));
+                    }
                 });
             }
         });
-        let replies = UnboundedReceiverStream::new(rx).take_until(self.stopping());
-        Ok(Response::new(Box::pin(replies)))
+        Box::pin(UnboundedReceiverStream::new(rx).take_until(self.stopping()))
     }
 }
-
-/// The stream of a replication stream's answers.
-type ReplicateStream =
-    std::pin::Pin<Box<dyn futures::Stream<Item = Result<ReplicateReply, Status>> + Send>>;
 
 /// Hands an encoded AppendEntries to openraft and encodes its answer.
 async fn append_reply(node: &RaftNode, data: &[u8]) -> Result<Vec<u8>, Status> {
@@ -346,10 +351,6 @@ async fn append_reply(node: &RaftNode, data: &[u8]) -> Result<Vec<u8>, Status> {
     }
     bincode::serialize(&res).map_err(|e| Status::internal(e.to_string()))
 }
-
-/// The stream of a session's answers.
-type SessionStream =
-    std::pin::Pin<Box<dyn futures::Stream<Item = Result<SessionReply, Status>> + Send>>;
 
 /// The leader's answer to one session request: what the matching unary call answers.
 async fn answer(node: &RaftNode, body: session_request::Body) -> session_reply::Body {

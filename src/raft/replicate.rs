@@ -177,15 +177,12 @@ impl Pipe {
 
 #[cfg(test)]
 mod tests {
+    use super::super::mux::fake::{client_of, pairs_reversed, Replies};
     use super::*;
-    use crate::pb::concordpb::raft_peer_server::{RaftPeer, RaftPeerServer};
-    use tokio::sync::mpsc;
+    use crate::pb::concordpb::raft_peer_server::RaftPeer;
     use tonic::{Request, Response, Streaming};
 
     type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
-
-    type Replies =
-        std::pin::Pin<Box<dyn futures::Stream<Item = Result<ReplicateReply, Status>> + Send>>;
 
     /// A follower that answers each pair of appends in reverse order, echoing the payload
     /// reversed; a payload `[0]` is refused as a bad one; with `hang_up`, it ends the stream
@@ -199,41 +196,26 @@ mod tests {
         async fn replicate(
             &self,
             req: Request<Streaming<ReplicateRequest>>,
-        ) -> std::result::Result<Response<Replies>, Status> {
-            let mut requests = req.into_inner();
-            let hang_up = self.hang_up;
-            let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(async move {
-                let mut held = Vec::new();
-                while let Some(Ok(r)) = requests.next().await {
-                    if hang_up {
-                        return;
+        ) -> std::result::Result<Response<Replies<ReplicateReply>>, Status> {
+            let replies = pairs_reversed(req.into_inner(), self.hang_up, |r: ReplicateRequest| {
+                if r.data == [0] {
+                    ReplicateReply {
+                        id: r.id,
+                        code: Code::InvalidArgument as i32,
+                        message: "bad raft payload".into(),
+                        ..Default::default()
                     }
-                    held.push(r);
-                    if held.len() == 2 {
-                        for r in held.drain(..).rev() {
-                            let reply = if r.data == [0] {
-                                ReplicateReply {
-                                    id: r.id,
-                                    code: Code::InvalidArgument as i32,
-                                    message: "bad raft payload".into(),
-                                    ..Default::default()
-                                }
-                            } else {
-                                let mut data = r.data;
-                                data.reverse();
-                                ReplicateReply {
-                                    id: r.id,
-                                    data,
-                                    ..Default::default()
-                                }
-                            };
-                            let _ = tx.send(Ok(reply));
-                        }
+                } else {
+                    let mut data = r.data;
+                    data.reverse();
+                    ReplicateReply {
+                        id: r.id,
+                        data,
+                        ..Default::default()
                     }
                 }
             });
-            Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+            Ok(Response::new(replies))
         }
     }
 
@@ -242,18 +224,6 @@ mod tests {
 
     #[tonic::async_trait]
     impl RaftPeer for OldFollower {}
-
-    fn client_of<S: RaftPeer>(server: S) -> RaftPeerClient<EagerChannel> {
-        let (connector, incoming) = crate::transport::in_process::pipe();
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(RaftPeerServer::new(server))
-                .serve_with_incoming(incoming),
-        );
-        let channel = tonic::transport::Endpoint::from_static("http://in-process")
-            .connect_with_connector_lazy(connector);
-        RaftPeerClient::new(crate::transport::eager(channel))
-    }
 
     #[tokio::test]
     async fn appends_get_their_own_answers_and_the_peers_refusals() -> TestResult {

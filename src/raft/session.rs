@@ -207,16 +207,13 @@ impl super::RaftNode {
 
 #[cfg(test)]
 mod tests {
+    use super::super::mux::fake::{client_of, pairs_reversed, Replies};
     use super::*;
-    use crate::pb::concordpb::raft_peer_server::{RaftPeer, RaftPeerServer};
+    use crate::pb::concordpb::raft_peer_server::RaftPeer;
     use crate::pb::concordpb::{ReadIndexRequest, ReadIndexResponse, SessionReply};
-    use tokio::sync::mpsc;
     use tonic::{Request, Response, Status, Streaming};
 
     type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
-
-    type Replies =
-        std::pin::Pin<Box<dyn futures::Stream<Item = Result<SessionReply, Status>> + Send>>;
 
     /// A leader whose session answers each pair of requests in reverse order, with the index
     /// 10 x the request's id; or, with `hang_up`, ends the stream after the first request.
@@ -229,32 +226,17 @@ mod tests {
         async fn session(
             &self,
             req: Request<Streaming<SessionRequest>>,
-        ) -> std::result::Result<Response<Replies>, Status> {
-            let mut requests = req.into_inner();
-            let hang_up = self.hang_up;
-            let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(async move {
-                let mut held = Vec::new();
-                while let Some(Ok(r)) = requests.next().await {
-                    if hang_up {
-                        return;
-                    }
-                    held.push(r.id);
-                    if held.len() == 2 {
-                        for id in held.drain(..).rev() {
-                            let _ = tx.send(Ok(SessionReply {
-                                id,
-                                body: Some(session_reply::Body::ReadIndex(ReadIndexResponse {
-                                    index: id * 10,
-                                    error: 0,
-                                })),
-                            }));
-                        }
-                    }
+        ) -> std::result::Result<Response<Replies<SessionReply>>, Status> {
+            let replies = pairs_reversed(req.into_inner(), self.hang_up, |r: SessionRequest| {
+                SessionReply {
+                    id: r.id,
+                    body: Some(session_reply::Body::ReadIndex(ReadIndexResponse {
+                        index: r.id * 10,
+                        error: 0,
+                    })),
                 }
             });
-            let replies = UnboundedReceiverStream::new(rx);
-            Ok(Response::new(Box::pin(replies)))
+            Ok(Response::new(replies))
         }
     }
 
@@ -263,18 +245,6 @@ mod tests {
 
     #[tonic::async_trait]
     impl RaftPeer for OldLeader {}
-
-    fn client_of<S: RaftPeer>(server: S) -> RaftPeerClient<EagerChannel> {
-        let (connector, incoming) = crate::transport::in_process::pipe();
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(RaftPeerServer::new(server))
-                .serve_with_incoming(incoming),
-        );
-        let channel = tonic::transport::Endpoint::from_static("http://in-process")
-            .connect_with_connector_lazy(connector);
-        RaftPeerClient::new(crate::transport::eager(channel))
-    }
 
     fn ask() -> session_request::Body {
         session_request::Body::ReadIndex(ReadIndexRequest {})
