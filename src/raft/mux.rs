@@ -20,6 +20,8 @@ type Waiters<Ans, E> = HashMap<u64, oneshot::Sender<Result<Ans, E>>>;
 pub(super) struct Mux<Req, Ans, E> {
     tx: mpsc::UnboundedSender<Req>,
     next_id: AtomicU64,
+    /// How many answers have come back.
+    answers: AtomicU64,
     /// Waiters by request id; `None` once the stream has ended.
     waiting: Mutex<Option<Waiters<Ans, E>>>,
 }
@@ -31,6 +33,7 @@ impl<Req, Ans, E: Clone> Mux<Req, Ans, E> {
         let mux = Mux {
             tx,
             next_id: AtomicU64::new(1),
+            answers: AtomicU64::new(0),
             waiting: Mutex::new(Some(HashMap::new())),
         };
         (mux, rx)
@@ -51,8 +54,14 @@ impl<Req, Ans, E: Clone> Mux<Req, Ans, E> {
         self.lock().as_ref().map_or(0, HashMap::len)
     }
 
+    /// How many answers have come back so far (any request's).
+    pub(super) fn answers(&self) -> u64 {
+        self.answers.load(Ordering::Relaxed)
+    }
+
     /// Hands `answer` to request `id`'s caller, if it still waits.
     pub(super) fn deliver(&self, id: u64, answer: Ans) {
+        self.answers.fetch_add(1, Ordering::Relaxed);
         let waiter = self.lock().as_mut().and_then(|w| w.remove(&id));
         if let Some(waiter) = waiter {
             let _ = waiter.send(Ok(answer));

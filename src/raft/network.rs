@@ -303,15 +303,7 @@ impl PeerClient {
         if let Method::Append { entries } = method {
             let lane = (self.addr.as_str(), entries);
             if let Some(pipe) = self.pipes.to(lane, client, self.links.cluster_id) {
-                reply = match tokio::time::timeout(deadline, pipe.call(encode()?)).await {
-                    Ok(r) => r,
-                    Err(_) => {
-                        pipe.abandon();
-                        Err(Status::deadline_exceeded(
-                            "no answer on the replication stream",
-                        ))
-                    }
-                };
+                reply = pipe.call_within(encode()?, deadline).await;
             }
         }
         // Not sent on a stream (a vote, a snapshot chunk, a peer without streams): a call.

@@ -1,17 +1,19 @@
-//! A leader's appends to each follower (replication and heartbeats) as messages on one
-//! long-lived gRPC stream per peer (`RaftPeer.Replicate`), answered on the stream coming back,
-//! instead of a unary `AppendEntries` call each.
+//! A leader's appends to each follower (replication and heartbeats) as messages on
+//! long-lived gRPC streams to the peer (`RaftPeer.Replicate`), answered on the stream coming
+//! back, instead of a unary `AppendEntries` call each.
 //!
 //! A unary call costs a new HTTP/2 stream with its headers and trailers on both members, and
 //! every put on three members waits for one append round trip, every linearizable read for one
 //! heartbeat round (etcd keeps its `MsgApp` streams open). All of a member's replication
-//! streams and read-index heartbeats to one peer share its stream; the follower runs each
-//! append on a task of its own, as it ran each call.
+//! streams to one peer share its entries stream, its heartbeats have another; the follower
+//! runs each append on a task of its own, as it ran each call.
 //!
 //! Failures read as the unary call's would ([`PeerClient`](super::network::PeerClient) maps
 //! them): a stream that could not be opened gives the call's status (`Unavailable` when the
 //! peer is down); one that broke or ended afterwards fails the appends waiting on it, which
-//! openraft sends again, and the next append opens a new stream. A peer that answers
+//! openraft sends again, and the next append opens a new stream. An append that times out on a
+//! stream that answered nothing meanwhile abandons it, so nothing queues for a cut-off peer;
+//! a slow answer on a stream that still answers others does not. A peer that answers
 //! `Unimplemented` (an older member) gets unary calls for a minute before a stream is tried
 //! again (a rolling upgrade may have replaced it).
 
@@ -145,9 +147,35 @@ impl Pipe {
         pipe
     }
 
-    /// Gives the stream up after an append found no answer in its time: the appends waiting
-    /// on it fail, and what is queued behind them is dropped, not kept for a peer that may
-    /// be cut off for long (the next append opens a new stream).
+    /// Sends the encoded AppendEntries `data` and waits up to `deadline` for the peer's
+    /// encoded answer. An append that finds no answer in its time, on a stream that brought
+    /// no answer at all meanwhile, abandons the stream (see [`Self::abandon`]); a slow answer
+    /// on a stream that still answers others does not.
+    ///
+    /// # Errors
+    /// As [`Self::call`]; `DeadlineExceeded` when no answer came in time.
+    pub(super) async fn call_within(
+        &self,
+        data: Vec<u8>,
+        deadline: Duration,
+    ) -> Result<Vec<u8>, Status> {
+        let answers = self.mux.answers();
+        match tokio::time::timeout(deadline, self.call(data)).await {
+            Ok(reply) => reply,
+            Err(_) => {
+                if self.mux.answers() == answers {
+                    self.abandon();
+                }
+                Err(Status::deadline_exceeded(
+                    "no answer on the replication stream",
+                ))
+            }
+        }
+    }
+
+    /// Gives the stream up after an append found no answer in its time and the stream none
+    /// either: the appends waiting on it fail, and what is queued behind them is dropped, not
+    /// kept for a peer that may be cut off for long (the next append opens a new stream).
     pub(super) fn abandon(&self) {
         self.mux.close(Status::deadline_exceeded(
             "the replication stream was abandoned",
@@ -283,6 +311,52 @@ mod tests {
         );
         let (first, second) = tokio::join!(next.call(vec![1, 2]), next.call(vec![3, 4]));
         assert_eq!((first?, second?), (vec![2, 1], vec![4, 3]));
+        Ok(())
+    }
+
+    /// A follower that answers every append at once with an empty answer, except `[9]`,
+    /// which it never answers.
+    struct IgnoresNine;
+
+    #[tonic::async_trait]
+    impl RaftPeer for IgnoresNine {
+        async fn replicate(
+            &self,
+            req: Request<Streaming<ReplicateRequest>>,
+        ) -> std::result::Result<Response<Replies<ReplicateReply>>, Status> {
+            let replies = req.into_inner().filter_map(|r| async move {
+                match r {
+                    Ok(r) if r.data == [9] => None,
+                    Ok(r) => Some(Ok(ReplicateReply {
+                        id: r.id,
+                        ..Default::default()
+                    })),
+                    Err(e) => Some(Err(e)),
+                }
+            });
+            Ok(Response::new(Box::pin(replies)))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_timed_out_append_abandons_only_a_stream_that_stopped_answering() -> TestResult {
+        let pipes = Arc::new(Pipes::default());
+        let client = client_of(IgnoresNine);
+        let pipe = pipes.to(("a", false), &client, 1).ok_or("a stream")?;
+        // Unanswered while the stream answers others: the stream stays.
+        let slow = tokio::spawn({
+            let pipe = pipe.clone();
+            async move { pipe.call_within(vec![9], Duration::from_millis(200)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(pipe.call(vec![1]).await?, Vec::<u8>::new());
+        let slow = slow.await?;
+        assert_eq!(slow.err().map(|s| s.code()), Some(Code::DeadlineExceeded));
+        assert!(!pipe.mux.is_closed(), "a stream that answers is kept");
+        // Unanswered, and nothing else answered meanwhile: abandoned.
+        let silent = pipe.call_within(vec![9], Duration::from_millis(50)).await;
+        assert_eq!(silent.err().map(|s| s.code()), Some(Code::DeadlineExceeded));
+        assert!(pipe.mux.is_closed(), "a silent stream is abandoned");
         Ok(())
     }
 
