@@ -191,9 +191,11 @@ pub fn connector(
                 .trim_end_matches(']')
                 .to_string();
             let port = uri.port_u16().unwrap_or(80);
-            let stream = tokio::time::timeout(timeout, TcpStream::connect((host.as_str(), port)))
-                .await
-                .map_err(timed_out)??;
+            let stream = staggered(timeout, RETRY_SYN, || {
+                let host = host.clone();
+                async move { TcpStream::connect((host.as_str(), port)).await }
+            })
+            .await?;
             stream.set_nodelay(true)?;
             if unacked.is_some() {
                 if let Err(e) = socket2::SockRef::from(&stream).set_tcp_user_timeout(unacked) {
@@ -247,7 +249,35 @@ pub fn unix_connector(
     })
 }
 
-fn timed_out(_: tokio::time::error::Elapsed) -> io::Error {
+/// How long a TCP connect may go unanswered before another one starts beside it.
+const RETRY_SYN: Duration = Duration::from_millis(100);
+
+/// The first of connect attempts made by `attempt`, a new one every `every` while none has
+/// succeeded, for at most `timeout` in all; the others are dropped. The kernel sends a lost SYN
+/// again only after a second: when a partition heals, a new attempt gets through at once where
+/// the attempt made during the partition would wait out its timeout (up to `timeout` of every
+/// heal). On a network that answers within `every`, one attempt is all there is.
+async fn staggered<T, F, Fut>(timeout: Duration, every: Duration, mut attempt: F) -> io::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = io::Result<T>>,
+{
+    use futures::stream::{FuturesUnordered, StreamExt};
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    let mut pending = FuturesUnordered::new();
+    pending.push(attempt());
+    loop {
+        let next = tokio::time::sleep(every);
+        tokio::select! {
+            () = &mut deadline => return Err(timed_out(())),
+            Some(done) = pending.next() => return done,
+            () = next => pending.push(attempt()),
+        }
+    }
+}
+
+fn timed_out<E>(_: E) -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, "connect timed out")
 }
 
@@ -303,6 +333,47 @@ mod tests {
         w.flush().await?;
         b.read_exact(&mut one).await?;
         assert_eq!(&one, b"held");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_connect_unanswered_for_a_while_gets_a_second_attempt_beside_it() -> io::Result<()> {
+        use std::time::Duration;
+        // The first attempt never finishes (its SYN was lost); the second one answers.
+        let mut made = 0;
+        let got = staggered(Duration::from_secs(5), Duration::from_millis(20), || {
+            made += 1;
+            let n = made;
+            async move {
+                if n == 1 {
+                    std::future::pending::<()>().await;
+                }
+                Ok(n)
+            }
+        })
+        .await?;
+        assert_eq!(got, 2);
+
+        // Nothing answers: the whole time limit, then `timed out`.
+        let none = staggered(
+            Duration::from_millis(100),
+            Duration::from_millis(20),
+            std::future::pending::<io::Result<()>>,
+        )
+        .await;
+        assert_eq!(none.err().map(|e| e.kind()), Some(io::ErrorKind::TimedOut));
+
+        // A refusal ends it at once.
+        let refused = staggered(
+            Duration::from_secs(5),
+            Duration::from_millis(20),
+            || async { Err::<(), _>(io::Error::from(io::ErrorKind::ConnectionRefused)) },
+        )
+        .await;
+        assert_eq!(
+            refused.err().map(|e| e.kind()),
+            Some(io::ErrorKind::ConnectionRefused)
+        );
         Ok(())
     }
 }
