@@ -9,9 +9,16 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, Weak};
+use std::time::Duration;
 
+use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot};
+use tonic::Status;
+
+/// How long a peer that answered `Unimplemented` (an older member) is asked by unary calls
+/// before a stream is tried again (it may have been upgraded meanwhile, keeping its ID).
+pub(super) const TRY_AGAIN: Duration = Duration::from_secs(60);
 
 /// Callers waiting for their answers, by request id.
 type Waiters<Ans, E> = HashMap<u64, oneshot::Sender<Result<Ans, E>>>;
@@ -107,6 +114,33 @@ impl<Req, Ans, E: Clone> Mux<Req, Ans, E> {
         // Answered or ended: the stream's task has taken the waiter already.
         std::mem::forget(forget);
         answer.unwrap_or(Err(broken))
+    }
+}
+
+/// Hands each answer on `replies` to its caller (`split` gives its id and answer, or `None`
+/// for a message to skip) until the stream ends, then closes the table with what `ended` makes
+/// of the end (`Some` status of a broken stream, `None` when the other member ended it).
+/// Returns early once nobody holds the table.
+pub(super) async fn pump<Req, Ans, E: Clone, R>(
+    mux: Weak<Mux<Req, Ans, E>>,
+    mut replies: tonic::Streaming<R>,
+    split: impl Fn(R) -> Option<(u64, Ans)>,
+    ended: impl FnOnce(Option<Status>) -> E,
+) {
+    let end = loop {
+        match replies.next().await {
+            Some(Ok(reply)) => {
+                let Some(mux) = mux.upgrade() else { return };
+                if let Some((id, answer)) = split(reply) {
+                    mux.deliver(id, answer);
+                }
+            }
+            Some(Err(status)) => break Some(status),
+            None => break None,
+        }
+    };
+    if let Some(mux) = mux.upgrade() {
+        mux.close(ended(end));
     }
 }
 

@@ -260,11 +260,8 @@ impl RaftPeer for PeerService {
         self.check_cluster(&req)?;
         // A write waits for its commit, a read index for its round.
         let replies = self.each_on_its_own(req.into_inner(), |node, request| async move {
-            let body = match request.body {
-                Some(body) => Some(answer(&node, body).await),
-                None => None,
-            };
-            body.map(|body| SessionReply {
+            let body = answer(&node, request.body?).await;
+            Some(SessionReply {
                 id: request.id,
                 body: Some(body),
             })

@@ -18,21 +18,17 @@
 //! again (a rolling upgrade may have replaced it).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use tokio::task::AbortHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Code, Status};
 
-use super::mux::Mux;
+use super::mux::{pump, Mux, TRY_AGAIN};
 use crate::pb::concordpb::raft_peer_client::RaftPeerClient;
 use crate::pb::concordpb::{ReplicateReply, ReplicateRequest};
 use crate::transport::EagerChannel;
-
-/// How long a peer that answered `Unimplemented` gets unary calls before a stream is tried again.
-const TRY_AGAIN: Duration = Duration::from_secs(60);
 
 /// This member's replication streams, opened when first needed: two per peer URL, one for
 /// appends that carry entries and one for heartbeats, as etcd keeps its `MsgApp` stream apart
@@ -40,111 +36,113 @@ const TRY_AGAIN: Duration = Duration::from_secs(60);
 /// append's data on one HTTP/2 stream).
 #[derive(Default)]
 pub(super) struct Pipes {
-    state: Mutex<HashMap<Lane, PipeState>>,
+    /// By peer URL: the heartbeats' lane, then the entries' lane.
+    state: Mutex<HashMap<String, [Lane; 2]>>,
 }
 
-/// A peer URL, and whether the stream carries entries.
-type Lane = (String, bool);
-
 #[derive(Default)]
-struct PipeState {
-    /// The stream to this peer, if one was opened.
+struct Lane {
+    /// The stream of this lane, if one was opened.
     current: Option<Arc<Pipe>>,
     /// When the peer answered `Unimplemented`: unary calls until [`TRY_AGAIN`] has passed.
     without: Option<Instant>,
 }
 
 impl Pipes {
-    fn lock(&self) -> MutexGuard<'_, HashMap<Lane, PipeState>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, [Lane; 2]>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The open stream of `lane` (a peer URL, and whether for entries), opened on `client` if
-    /// there is none; `None` when the peer has no replication streams (use the unary call).
+    /// The open stream to the peer at `addr` for appends with `entries` (or heartbeats),
+    /// opened on `client` if there is none; `None` when the peer has no replication streams
+    /// (use the unary call). The URL is copied only the first time a peer is seen.
     pub(super) fn to(
         self: &Arc<Self>,
         (addr, entries): (&str, bool),
         client: &RaftPeerClient<EagerChannel>,
         cluster_id: u64,
     ) -> Option<Arc<Pipe>> {
-        let lane = (addr.to_string(), entries);
         let mut state = self.lock();
-        let peer = state.entry(lane.clone()).or_default();
-        if peer
+        if !state.contains_key(addr) {
+            state.insert(addr.to_string(), Default::default());
+        }
+        let lane = &mut state.get_mut(addr)?[usize::from(entries)];
+        if lane
             .without
             .is_some_and(|since| since.elapsed() < TRY_AGAIN)
         {
             return None;
         }
-        if let Some(p) = peer.current.as_ref().filter(|p| !p.mux.is_closed()) {
+        if let Some(p) = lane.current.as_ref().filter(|p| !p.mux.is_closed()) {
             return Some(p.clone());
         }
-        let pipe = Pipe::open(lane, client.clone(), cluster_id, Arc::downgrade(self));
-        peer.current = Some(pipe.clone());
+        let pipe = Pipe::open(
+            (addr.to_string(), entries),
+            client.clone(),
+            cluster_id,
+            Arc::downgrade(self),
+        );
+        lane.current = Some(pipe.clone());
         Some(pipe)
     }
 
-    /// The peer of `lane` answered `Unimplemented`: it gets unary calls for [`TRY_AGAIN`].
-    fn unsupported(&self, lane: Lane) {
-        self.lock().entry(lane).or_default().without = Some(Instant::now());
+    /// The peer at `addr` answered `Unimplemented` on the lane for `entries`: that lane gets
+    /// unary calls for [`TRY_AGAIN`].
+    fn unsupported(&self, (addr, entries): (String, bool)) {
+        let mut state = self.lock();
+        let lanes = state.entry(addr).or_default();
+        lanes[usize::from(entries)].without = Some(Instant::now());
     }
 }
 
 /// One open replication stream to a peer and the appends waiting on it.
 pub(super) struct Pipe {
-    mux: Mux<ReplicateRequest, ReplicateReply, Status>,
+    mux: Arc<Mux<ReplicateRequest, ReplicateReply, Status>>,
     /// The stream's task, aborted when the stream is abandoned.
-    task: OnceLock<AbortHandle>,
+    task: AbortHandle,
 }
 
 impl Pipe {
-    /// Opens the stream on `client` and starts the task that hands out its answers.
+    /// Opens the stream on `client` to the peer at `lane` (its URL, and whether for entries)
+    /// and starts the task that hands out its answers.
     fn open(
-        lane: Lane,
+        lane: (String, bool),
         mut client: RaftPeerClient<EagerChannel>,
         cluster_id: u64,
         pipes: Weak<Pipes>,
     ) -> Arc<Pipe> {
         let (mux, rx) = Mux::new();
-        let pipe = Arc::new(Pipe {
-            mux,
-            task: OnceLock::new(),
-        });
-        let weak = Arc::downgrade(&pipe);
+        let mux = Arc::new(mux);
+        let weak = Arc::downgrade(&mux);
         let task = tokio::spawn(async move {
             let mut request = tonic::Request::new(UnboundedReceiverStream::new(rx));
             super::network::from_cluster(&mut request, cluster_id);
-            let mut replies = match client.replicate(request).await {
-                Ok(r) => r.into_inner(),
+            match client.replicate(request).await {
+                Ok(replies) => {
+                    // The peer ends its streams only as it stops.
+                    let ended = |status: Option<Status>| {
+                        status.unwrap_or_else(|| {
+                            Status::unavailable("the peer ended its replication stream")
+                        })
+                    };
+                    pump(weak, replies.into_inner(), |r| Some((r.id, r)), ended).await;
+                }
                 Err(status) => {
                     if status.code() == Code::Unimplemented {
                         if let Some(p) = pipes.upgrade() {
                             p.unsupported(lane);
                         }
                     }
-                    if let Some(p) = weak.upgrade() {
-                        p.mux.close(status);
+                    if let Some(mux) = weak.upgrade() {
+                        mux.close(status);
                     }
-                    return;
                 }
-            };
-            let ended = loop {
-                match replies.next().await {
-                    Some(Ok(reply)) => {
-                        let Some(p) = weak.upgrade() else { return };
-                        p.mux.deliver(reply.id, reply);
-                    }
-                    Some(Err(status)) => break status,
-                    // The peer ends its streams only as it stops.
-                    None => break Status::unavailable("the peer ended its replication stream"),
-                }
-            };
-            if let Some(p) = weak.upgrade() {
-                p.mux.close(ended);
             }
         });
-        let _ = pipe.task.set(task.abort_handle());
-        pipe
+        Arc::new(Pipe {
+            mux,
+            task: task.abort_handle(),
+        })
     }
 
     /// Sends the encoded AppendEntries `data` and waits up to `deadline` for the peer's
@@ -180,9 +178,7 @@ impl Pipe {
         self.mux.close(Status::deadline_exceeded(
             "the replication stream was abandoned",
         ));
-        if let Some(task) = self.task.get() {
-            task.abort();
-        }
+        self.task.abort();
     }
 
     /// Sends the encoded AppendEntries `data` and waits for the peer's encoded answer. The
@@ -208,6 +204,7 @@ mod tests {
     use super::super::mux::fake::{client_of, pairs_reversed, Replies};
     use super::*;
     use crate::pb::concordpb::raft_peer_server::RaftPeer;
+    use futures::StreamExt;
     use tonic::{Request, Response, Streaming};
 
     type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
@@ -244,6 +241,13 @@ mod tests {
                 }
             });
             Ok(Response::new(replies))
+        }
+    }
+
+    /// Returns once an append waits on `pipe` (sent, not answered).
+    async fn until_waiting(pipe: &Pipe) {
+        while pipe.mux.waiting() == 0 {
+            tokio::task::yield_now().await;
         }
     }
 
@@ -300,7 +304,7 @@ mod tests {
             let pipe = pipe.clone();
             async move { pipe.call(vec![1]).await }
         });
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        until_waiting(&pipe).await;
         pipe.abandon();
         let failed = waiting.await?.err().ok_or("no answer")?;
         assert_eq!(failed.code(), Code::DeadlineExceeded, "{failed:?}");
@@ -346,9 +350,9 @@ mod tests {
         // Unanswered while the stream answers others: the stream stays.
         let slow = tokio::spawn({
             let pipe = pipe.clone();
-            async move { pipe.call_within(vec![9], Duration::from_millis(200)).await }
+            async move { pipe.call_within(vec![9], Duration::from_secs(1)).await }
         });
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        until_waiting(&pipe).await;
         assert_eq!(pipe.call(vec![1]).await?, Vec::<u8>::new());
         let slow = slow.await?;
         assert_eq!(slow.err().map(|s| s.code()), Some(Code::DeadlineExceeded));
@@ -377,8 +381,8 @@ mod tests {
             pipes.to(("b", true), &client, 1).is_some(),
             "another peer is tried"
         );
-        if let Some(peer) = pipes.lock().get_mut(&("a".to_string(), true)) {
-            peer.without = Instant::now().checked_sub(TRY_AGAIN);
+        if let Some(lanes) = pipes.lock().get_mut("a") {
+            lanes[1].without = Instant::now().checked_sub(TRY_AGAIN);
         }
         assert!(
             pipes.to(("a", true), &client, 1).is_some(),

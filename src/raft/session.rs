@@ -14,21 +14,16 @@
 //! a minute before a session is tried again (a rolling upgrade may have replaced it).
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use futures::StreamExt;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use super::mux::Mux;
+use super::mux::{pump, Mux, TRY_AGAIN};
 use super::route::undelivered;
 use crate::error::{Error, Result};
 use crate::pb::concordpb::raft_peer_client::RaftPeerClient;
-use crate::pb::concordpb::{session_reply, session_request, SessionRequest};
+use crate::pb::concordpb::{session_reply, session_request, SessionReply, SessionRequest};
 use crate::transport::EagerChannel;
-
-/// How long a leader that answered `Unimplemented` is asked by unary calls before a session
-/// is tried again (it may have been upgraded meanwhile, keeping its ID).
-const TRY_AGAIN: Duration = Duration::from_secs(60);
 
 /// This member's session with the leader it follows, made when first needed.
 #[derive(Default)]
@@ -93,7 +88,7 @@ impl Sessions {
 /// One open stream to a leader and the requests waiting on it.
 pub(super) struct Session {
     leader: u64,
-    mux: Mux<SessionRequest, session_reply::Body, Error>,
+    mux: Arc<Mux<SessionRequest, session_reply::Body, Error>>,
 }
 
 impl Session {
@@ -105,13 +100,16 @@ impl Session {
         sessions: std::sync::Weak<Sessions>,
     ) -> Arc<Session> {
         let (mux, rx) = Mux::new();
-        let session = Arc::new(Session { leader, mux });
-        let weak = Arc::downgrade(&session);
+        let mux = Arc::new(mux);
+        let weak = Arc::downgrade(&mux);
         tokio::spawn(async move {
             let mut request = tonic::Request::new(UnboundedReceiverStream::new(rx));
             super::network::from_cluster(&mut request, cluster_id);
-            let mut replies = match client.session(request).await {
-                Ok(r) => r.into_inner(),
+            match client.session(request).await {
+                Ok(replies) => {
+                    let split = |r: SessionReply| r.body.map(|body| (r.id, body));
+                    pump(weak, replies.into_inner(), split, |_| Error::LeaderChanged).await;
+                }
                 Err(status) => {
                     // Nothing was taken from the stream by a leader that refused it.
                     let refused = status.code() == tonic::Code::Unimplemented;
@@ -125,24 +123,13 @@ impl Session {
                     } else {
                         Error::LeaderChanged
                     };
-                    if let Some(s) = weak.upgrade() {
-                        s.mux.close(e);
+                    if let Some(mux) = weak.upgrade() {
+                        mux.close(e);
                     }
-                    return;
                 }
-            };
-            while let Some(reply) = replies.next().await {
-                let Ok(reply) = reply else { break };
-                let Some(s) = weak.upgrade() else { return };
-                if let Some(body) = reply.body {
-                    s.mux.deliver(reply.id, body);
-                }
-            }
-            if let Some(s) = weak.upgrade() {
-                s.mux.close(Error::LeaderChanged);
             }
         });
-        session
+        Arc::new(Session { leader, mux })
     }
 
     fn is_closed(&self) -> bool {
@@ -210,7 +197,7 @@ mod tests {
     use super::super::mux::fake::{client_of, pairs_reversed, Replies};
     use super::*;
     use crate::pb::concordpb::raft_peer_server::RaftPeer;
-    use crate::pb::concordpb::{ReadIndexRequest, ReadIndexResponse, SessionReply};
+    use crate::pb::concordpb::{ReadIndexRequest, ReadIndexResponse};
     use tonic::{Request, Response, Status, Streaming};
 
     type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
