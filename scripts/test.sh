@@ -30,9 +30,12 @@ step "Kubernetes storage tests started"
 # (On three members apiserver's tests run by hand, and so do the watch cache's on etcd 3.6:
 # README, "Kubernetes' own storage tests". Three members of each per test load CI's 2 cores.)
 # Every client connection goes through wirecheck, which fails a test on an HTTP/2 flow-control
-# overrun or a stream ended mid-message (`Internal: unexpected EOF` in grpc-go).
+# overrun or a stream ended mid-message (`Internal: unexpected EOF` in grpc-go); concord-1-tls
+# serves TLS with client certificates as kubeadm sets etcd up, and wirecheck ends TLS on both
+# sides to read the frames.
 STORAGE_SUITE_WIRECHECK=1 setsid k8s-tests/storage/run.sh concord-1=target/debug/concord \
   concord-3=target/debug/concord:3:largeobjects,controlplane \
+  concord-1-tls=target/debug/concord:1:largeobjects,controlplane:tls \
   etcd-3.6="$ref/../etcd-3.6/etcd":1:etcd3,largeobjects,controlplane > target/k8s-storage.log 2>&1 &
 storage=$!
 # etcd -> Concord -> etcd through etcd's snapshot file, every revision kept, with etcd 3.5.1

@@ -5,10 +5,11 @@
 # embedded etcd the tests normally start: Concord and reference etcd, same tests, same run. Also
 # runs ours, largeobjects/ and controlplane/.
 #
-#   k8s-tests/storage/run.sh [--work DIR] NAME=BINARY[:MEMBERS[:PACKAGE,...]] ...
+#   k8s-tests/storage/run.sh [--work DIR] NAME=BINARY[:MEMBERS[:PACKAGE,...[:tls]]] ...
 #
 # e.g. concord-1=target/debug/concord concord-3=target/debug/concord:3:etcd3 etcd-3.6=PATH/etcd.
-# PACKAGEs are etcd3, cacher, largeobjects and controlplane (default: all). Every test gets a fresh
+# PACKAGEs are etcd3, cacher, largeobjects and controlplane (default: all); `tls` serves clients
+# and peers over TLS with client certificates, as kubeadm sets etcd up. Every test gets a fresh
 # cluster of MEMBERS (default 1) processes of BINARY; see
 # testserver/test_server.go, which is compiled over apiserver's test server (the Kubernetes
 # tests themselves are unchanged); with STORAGE_SUITE_WIRECHECK=1 its clients reach the servers
@@ -39,8 +40,8 @@ packages=(etcd3 cacher largeobjects controlplane)
 specs=()
 for spec in "$@"; do
   name=${spec%%=*}
-  IFS=: read -r binary members chosen <<<"${spec#*=}"
-  specs+=("$name=$(realpath "$binary"):${members:-1}:${chosen:-$(IFS=,; echo "${packages[*]}")}")
+  IFS=: read -r binary members chosen tls <<<"${spec#*=}"
+  specs+=("$name=$(realpath "$binary"):${members:-1}:${chosen:-$(IFS=,; echo "${packages[*]}")}:$tls")
 done
 
 # apiserver as pinned by go.mod, with our test server in place of the embedded etcd one.
@@ -50,7 +51,7 @@ rm -rf "$work/apiserver"
 mkdir -p "$work/results"
 cp -r "$src" "$work/apiserver"
 chmod -R u+w "$work/apiserver"
-cp testserver/test_server.go "$work/apiserver/pkg/storage/etcd3/testserver/test_server.go"
+cp testserver/*.go "$work/apiserver/pkg/storage/etcd3/testserver/"
 cp go.mod go.sum "$work/"
 go mod edit -modfile "$work/go.mod" -replace "k8s.io/apiserver=$work/apiserver"
 for p in "${packages[@]}"; do
@@ -62,9 +63,10 @@ go vet ./wirecheck && go test ./wirecheck
 pids=()
 for spec in "${specs[@]}"; do
   name=${spec%%=*}
-  IFS=: read -r binary members chosen <<<"${spec#*=}"
+  IFS=: read -r binary members chosen tls <<<"${spec#*=}"
   for p in ${chosen//,/ }; do
     (cd "$work" && STORAGE_SUITE_SERVER="$binary" STORAGE_SUITE_MEMBERS="$members" \
+      STORAGE_SUITE_TLS="${tls:+1}" \
       go tool test2json -t "./$p.test" -test.v -test.timeout 25m \
       > "results/$name.$p.json" 2>&1 || true) &
     pids+=($!)
@@ -77,8 +79,9 @@ wait "${pids[@]}"
 python3 "$here/summarize.py" --to-rerun "$work/results" "${specs[@]}" | while read -r name p how regex; do
   for spec in "${specs[@]}"; do
     [[ ${spec%%=*} == "$name" ]] || continue
-    IFS=: read -r binary members _ <<<"${spec#*=}"
+    IFS=: read -r binary members _ tls <<<"${spec#*=}"
     (cd "$work" && STORAGE_SUITE_SERVER="$binary" STORAGE_SUITE_MEMBERS="$members" \
+      STORAGE_SUITE_TLS="${tls:+1}" \
       go tool test2json -t "./$p.test" -test.v "-test.$how" "$regex" -test.timeout 10m \
       > "results/$name.$p.rerun.json" 2>&1 || true)
   done

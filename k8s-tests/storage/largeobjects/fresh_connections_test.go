@@ -24,8 +24,9 @@ const freshRounds = 3
 // estimator raises them while the first large messages arrive), and the once-seen error came
 // from a short-lived client. Half the clients read their watch slowly, so that the server meets
 // a full stream window while the get's response and the watch's event share the connection.
-// It fails on any client error, and on any frame that overruns a window the client granted or
-// ends a stream in the middle of a gRPC message: what grpc-go reports as `unexpected EOF`.
+// It fails on any client error, on any frame that overruns a window the client granted or
+// ends a stream in the middle of a gRPC message, and on a client's flow-control reset: what
+// grpc-go reports as `unexpected EOF`.
 // WIRECHECK_DURATION (default 15s) sets how long it runs.
 func TestFreshConnectionsPassTheWireCheck(t *testing.T) {
 	duration := 15 * time.Second
@@ -50,7 +51,7 @@ func TestFreshConnectionsPassTheWireCheck(t *testing.T) {
 			defer wg.Done()
 			rng := rand.New(rand.NewSource(int64(w)))
 			for time.Now().Before(deadline) {
-				if err := freshClient(ctx, endpoints, w, rng, w%2 == 1); err != nil {
+				if err := freshClient(ctx, cluster.ClientConfig(endpoints), w, rng, w%2 == 1); err != nil {
 					t.Errorf("worker %d: %v", w, err)
 					return
 				}
@@ -66,16 +67,15 @@ func TestFreshConnectionsPassTheWireCheck(t *testing.T) {
 	if totals.DataFrames == 0 {
 		t.Error("no DATA frame passed through the wire check")
 	}
-	t.Logf("%d fresh clients; checked %d connections, %d DATA frames (%d MiB), %d server resets",
-		clients, totals.Conns, totals.DataFrames, totals.DataBytes>>20, totals.ServerResets)
+	t.Logf("%d fresh clients; checked %d connections, %d DATA frames (%d MiB), %d server resets, %d client resets",
+		clients, totals.Conns, totals.DataFrames, totals.DataBytes>>20, totals.ServerResets, totals.ClientResets)
 }
 
 // freshClient connects, watches its prefix with prev_kv, writes freshRounds objects and reads
 // each back (at its revision and linearizably), waits for their events, and closes.
-func freshClient(ctx context.Context, endpoints []string, w int, rng *rand.Rand, slow bool) error {
-	client, err := clientv3.New(clientv3.Config{
-		Endpoints: endpoints, DialTimeout: 10 * time.Second, Logger: zap.NewNop(),
-	})
+func freshClient(ctx context.Context, config clientv3.Config, w int, rng *rand.Rand, slow bool) error {
+	config.Logger = zap.NewNop()
+	client, err := clientv3.New(config)
 	if err != nil {
 		return err
 	}

@@ -38,9 +38,9 @@ func TestLargeObjectsOnOneConnectionWithAWatch(t *testing.T) {
 	cfg.MaxRequestBytes = 1 << 20
 	cluster := testserver.StartCluster(t, cfg)
 	endpoints := cluster.CheckWire(t)
-	client, err := clientv3.New(clientv3.Config{
-		Endpoints: endpoints, DialTimeout: 10 * time.Second, Logger: zap.NewNop(),
-	})
+	config := cluster.ClientConfig(endpoints)
+	config.Logger = zap.NewNop()
+	client, err := clientv3.New(config)
 	if err != nil {
 		t.Fatal(err)
 	}

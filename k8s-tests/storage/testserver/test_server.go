@@ -15,6 +15,9 @@
 //   - STORAGE_SUITE_WIRECHECK: when set, clients reach each member through a wirecheck proxy,
 //     and a test fails if the server broke HTTP/2 flow control or gRPC framing on its
 //     connections (a window overrun, a stream ended mid-message).
+//   - STORAGE_SUITE_TLS: when set, members serve clients and peers over TLS and require client
+//     certificates, as kubeadm sets etcd up (tls.go); clients present kube-apiserver's, and a
+//     wirecheck proxy ends TLS on both of its sides to read the frames between them.
 package testserver
 
 import (
@@ -62,6 +65,8 @@ type Cluster struct {
 	// dial maps a member's URL to the one its clients dial (a wirecheck proxy's, if any).
 	dial    map[string]string
 	proxies []*wirecheck.Proxy
+	// certs are the cluster's certificates when it serves TLS (nil otherwise).
+	certs *Certs
 }
 
 // RunEtcd starts the server chosen by the environment (with cfg's settings, or the defaults
@@ -120,13 +125,17 @@ func tryStart(t testing.TB, cfg *embed.Config, binary string, members int, dir s
 	ports := freePorts(t, 2*members)
 	var peers, peerURLs []string
 	cluster := &Cluster{}
+	if TLSWanted() {
+		cluster.certs = mustCerts(t)
+	}
+	s := scheme(cluster.certs != nil)
 	for i := 0; i < members; i++ {
-		cluster.Endpoints = append(cluster.Endpoints, "http://127.0.0.1:"+strconv.Itoa(ports[2*i]))
-		peerURLs = append(peerURLs, fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]))
+		cluster.Endpoints = append(cluster.Endpoints, fmt.Sprintf("%s://127.0.0.1:%d", s, ports[2*i]))
+		peerURLs = append(peerURLs, fmt.Sprintf("%s://127.0.0.1:%d", s, ports[2*i+1]))
 		peers = append(peers, fmt.Sprintf("m%d=%s", i, peerURLs[i]))
 	}
 	for i := 0; i < members; i++ {
-		m := startMember(t, binary, cfg, dir, i, cluster.Endpoints[i], strings.Join(peers, ","))
+		m := startMember(t, binary, cfg, dir, i, cluster.Endpoints[i], strings.Join(peers, ","), cluster.certs)
 		cluster.members = append(cluster.members, m)
 	}
 	ready := cluster.Client(t)
@@ -177,11 +186,18 @@ func (c *Cluster) CheckWire(t testing.TB) []string {
 	if c.dial == nil {
 		c.dial = map[string]string{}
 		for _, e := range c.Endpoints {
-			p, err := wirecheck.Listen(strings.TrimPrefix(e, "http://"))
+			target := e[strings.Index(e, "://")+3:]
+			var p *wirecheck.Proxy
+			var err error
+			if c.certs != nil {
+				p, err = wirecheck.ListenTLS(target, c.certs.ProxyFront(), c.certs.ProxyBack())
+			} else {
+				p, err = wirecheck.Listen(target)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			c.dial[e] = "http://" + p.Addr()
+			c.dial[e] = scheme(c.certs != nil) + "://" + p.Addr()
 			c.proxies = append(c.proxies, p)
 			t.Cleanup(func() {
 				got := p.Totals()
@@ -211,8 +227,9 @@ func (c *Cluster) WireTotals() wirecheck.Totals {
 	return sum
 }
 
-func (c *Cluster) clientOf(t testing.TB, endpoints []string) *kubernetes.Client {
-	t.Helper()
+// ClientConfig is a client's configuration for endpoints (URLs from Endpoints or CheckWire):
+// the URLs it dials, and the TLS it presents when the cluster serves TLS.
+func (c *Cluster) ClientConfig(endpoints []string) clientv3.Config {
 	var dialed []string
 	for _, e := range endpoints {
 		if d, ok := c.dial[e]; ok {
@@ -220,17 +237,28 @@ func (c *Cluster) clientOf(t testing.TB, endpoints []string) *kubernetes.Client 
 		}
 		dialed = append(dialed, e)
 	}
-	client, err := kubernetes.New(clientv3.Config{
-		Endpoints:   dialed,
-		DialTimeout: 10 * time.Second,
-		Logger:      zaptest.NewLogger(t, zaptest.Level(zapcore.ErrorLevel)).Named("etcd-client"),
-	})
+	cfg := clientv3.Config{Endpoints: dialed, DialTimeout: 10 * time.Second}
+	if c.certs != nil {
+		cfg.TLS = c.certs.ClientTLS()
+	}
+	return cfg
+}
+
+func (c *Cluster) clientOf(t testing.TB, endpoints []string) *kubernetes.Client {
+	t.Helper()
+	cfg := c.ClientConfig(endpoints)
+	cfg.Logger = zaptest.NewLogger(t, zaptest.Level(zapcore.ErrorLevel)).Named("etcd-client")
+	client, err := kubernetes.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
 	return client
 }
+
+// Stop ends member i as a service manager or a kubelet does (SIGTERM, SIGKILL after 10 s) and
+// waits for it to exit.
+func (c *Cluster) Stop(i int) { c.members[i].stop() }
 
 // Kill ends member i with SIGKILL and waits for it to exit.
 func (c *Cluster) Kill(i int) {
@@ -249,8 +277,8 @@ type member struct {
 }
 
 // startMember starts member i of the cluster `peers` with its data directory and log file
-// under dir.
-func startMember(t testing.TB, binary string, cfg *embed.Config, dir string, i int, clientURL, peers string) *member {
+// under dir, serving TLS with certs when they are given.
+func startMember(t testing.TB, binary string, cfg *embed.Config, dir string, i int, clientURL, peers string, certs *Certs) *member {
 	t.Helper()
 	name := fmt.Sprintf("m%d", i)
 	peerURL := strings.TrimPrefix(strings.Split(peers, ",")[i], name+"=")
@@ -274,6 +302,9 @@ func startMember(t testing.TB, binary string, cfg *embed.Config, dir string, i i
 	}
 	if m := cfg.MaxRequestBytes; m > 0 && m != embed.DefaultMaxRequestBytes {
 		args = append(args, "--max-request-bytes", strconv.FormatUint(uint64(m), 10))
+	}
+	if certs != nil {
+		args = append(args, certs.memberFlags()...)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

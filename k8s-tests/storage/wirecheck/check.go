@@ -4,6 +4,12 @@
 // DATA with END_STREAM, trailers, RST_STREAM — in the middle of a gRPC message. grpc-go reports
 // the first and the second as `Internal: unexpected EOF` (it closes the stream with io.EOF while
 // a message is half read), which is how kube-apiserver once saw a get of a 100 KiB value fail.
+// Those are all of grpc-go's ways to that error on a response: its client closes a stream with
+// io.EOF on DATA with END_STREAM, on trailers, on an RST_STREAM (before 1.72.1 and 1.73, which
+// report the reset's code instead), and when its own count of a stream's DATA passes the window
+// (it then resets the stream with FLOW_CONTROL_ERROR). The last is also reported here when the
+// server kept within the windows the client granted: it would mean the client's count and its
+// grants disagree.
 //
 // The windows are tracked as the client grants them: a WINDOW_UPDATE or SETTINGS from the
 // client counts when it passes here, before the server can have read it, so the window followed
@@ -26,6 +32,9 @@ const (
 	frameSettings     = 0x4
 	frameGoAway       = 0x7
 	frameWindowUpdate = 0x8
+
+	// errFlowControl is HTTP/2's FLOW_CONTROL_ERROR code.
+	errFlowControl = 0x3
 
 	flagEndStream = 0x1
 	flagAck       = 0x1
@@ -95,7 +104,7 @@ type Conn struct {
 	// Violations are what the server did wrong, each with the frames that led to it.
 	Violations []string
 	// Counts of what passed, for a report.
-	DataFrames, DataBytes, ServerResets, GoAways int64
+	DataFrames, DataBytes, ServerResets, ClientResets, GoAways int64
 }
 
 // NewConn starts the check of a new connection.
@@ -149,8 +158,14 @@ func (c *Conn) FromClient(f Frame) {
 			note = fmt.Sprintf("initial window %d", v)
 		}
 	case frameRSTStream:
+		c.ClientResets++
 		if s, ok := c.streams[f.Stream]; ok {
 			s.reset = true
+		}
+		if len(f.Payload) >= 4 && binary.BigEndian.Uint32(f.Payload) == errFlowControl {
+			c.remember("client", f, "FLOW_CONTROL_ERROR")
+			c.violation("the client reset stream %d with FLOW_CONTROL_ERROR: it counted more DATA than its window (grpc-go then fails the call with `unexpected EOF`)", f.Stream)
+			return
 		}
 	}
 	c.remember("client", f, note)

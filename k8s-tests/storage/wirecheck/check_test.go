@@ -123,3 +123,24 @@ func TestAResetAfterTheEndPasses(t *testing.T) {
 	c.FromServer(Frame{Type: frameRSTStream, Stream: 1})
 	expect(t, c)
 }
+
+func reset(stream, code uint32) Frame {
+	p := make([]byte, 4)
+	binary.BigEndian.PutUint32(p, code)
+	return Frame{Type: frameRSTStream, Stream: stream, Payload: p}
+}
+
+func TestAClientsFlowControlResetIsReported(t *testing.T) {
+	c := NewConn()
+	open(c, 1)
+	open(c, 3)
+	c.FromServer(Frame{Type: frameData, Stream: 1, Payload: message(100)[:50]})
+	c.FromClient(reset(1, 0x8)) // CANCEL: the client gave up; nothing to report
+	expect(t, c)
+	c.FromServer(Frame{Type: frameData, Stream: 3, Payload: message(100)[:50]})
+	c.FromClient(reset(3, errFlowControl))
+	expect(t, c, "reset stream 3 with FLOW_CONTROL_ERROR")
+	if c.ClientResets != 2 {
+		t.Errorf("client resets counted %d, want 2", c.ClientResets)
+	}
+}

@@ -2,6 +2,7 @@ package wirecheck
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -13,11 +14,14 @@ import (
 // preface is what an HTTP/2 client sends before its first frame.
 const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
-// Proxy forwards TCP connections to a server and checks the HTTP/2 frames of each (plaintext
-// HTTP/2 with prior knowledge, as gRPC over http:// speaks it).
+// Proxy forwards TCP connections to a server and checks the HTTP/2 frames of each: plaintext
+// HTTP/2 with prior knowledge, as gRPC over http:// speaks it, or (ListenTLS) HTTP/2 over TLS,
+// which the proxy ends on both sides to read the frames.
 type Proxy struct {
 	listener net.Listener
 	target   string
+	// back is the TLS the proxy speaks to the server (nil: plain TCP).
+	back *tls.Config
 
 	mu    sync.Mutex
 	conns []*checked
@@ -33,7 +37,7 @@ type checked struct {
 
 // Totals count what passed through a proxy's connections.
 type Totals struct {
-	Conns, DataFrames, DataBytes, ServerResets, GoAways int64
+	Conns, DataFrames, DataBytes, ServerResets, ClientResets, GoAways int64
 }
 
 // Add counts o into t (the totals of several proxies).
@@ -42,6 +46,7 @@ func (t *Totals) Add(o Totals) {
 	t.DataFrames += o.DataFrames
 	t.DataBytes += o.DataBytes
 	t.ServerResets += o.ServerResets
+	t.ClientResets += o.ClientResets
 	t.GoAways += o.GoAways
 }
 
@@ -52,6 +57,20 @@ func Listen(target string) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{listener: l, target: target}
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// ListenTLS starts a proxy that accepts TLS with front and reaches target over TLS with back
+// (both should offer ALPN "h2"): the frames it checks are the server's as its TLS session
+// carried them, so a server's TLS write path is checked as well as its HTTP/2.
+func ListenTLS(target string, front, back *tls.Config) (*Proxy, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{listener: tls.NewListener(l, front), target: target, back: back}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -89,6 +108,7 @@ func (p *Proxy) Totals() Totals {
 		t.DataFrames += c.check.DataFrames
 		t.DataBytes += c.check.DataBytes
 		t.ServerResets += c.check.ServerResets
+		t.ClientResets += c.check.ClientResets
 		t.GoAways += c.check.GoAways
 		c.mu.Unlock()
 	}
@@ -115,7 +135,13 @@ func (p *Proxy) accept() {
 // serve forwards one connection both ways, checking its frames, until either side closes.
 func (p *Proxy) serve(client net.Conn) {
 	defer client.Close()
-	server, err := net.Dial("tcp", p.target)
+	var server net.Conn
+	var err error
+	if p.back != nil {
+		server, err = tls.Dial("tcp", p.target, p.back)
+	} else {
+		server, err = net.Dial("tcp", p.target)
+	}
 	if err != nil {
 		return
 	}
