@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"time"
 )
@@ -193,4 +194,32 @@ func (a *api) createEvent(ctx context.Context, ns, name, object string) error {
 		"source": map[string]any{"component": "apiserver-load"},
 	}
 	return a.do(ctx, http.MethodPost, "/api/v1/namespaces/"+ns+"/events", event, nil)
+}
+
+// cpuProfile writes kube-apiserver's CPU profile over the next `length` (its
+// /debug/pprof/profile, on by default with --profiling) to path.
+func (a *api) cpuProfile(ctx context.Context, length time.Duration, path string) error {
+	seconds := int(length.Seconds())
+	if seconds < 1 {
+		seconds = 1
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		a.base+"/debug/pprof/profile?seconds="+strconv.Itoa(seconds), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		return &statusError{code: resp.StatusCode, body: string(body)}
+	}
+	return os.WriteFile(path, body, 0o644)
 }

@@ -42,6 +42,8 @@ type options struct {
 	page                            int64
 	duration                        time.Duration
 	serverPids, apiserverPids       []int
+	// profile is where kube-apiserver's CPU profile of the load goes (none if empty).
+	profile string
 }
 
 func main() {
@@ -62,6 +64,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 30*time.Second, "how long the load runs")
 	flag.StringVar(&serverPids, "server-pids", "", "the storage members' process ids, comma-separated (CPU and memory)")
 	flag.StringVar(&apiserverPid, "apiserver-pid", "", "kube-apiserver's process id (CPU and memory)")
+	flag.StringVar(&o.profile, "profile", "", "write kube-apiserver's CPU profile of the measured window (pprof) to this file")
 	flag.Parse()
 	o.serverPids, o.apiserverPids = pids(serverPids), pids(apiserverPid)
 	out, ok := run(o)
@@ -124,9 +127,18 @@ func run(o options) (map[string]any, bool) {
 	time.Sleep(time.Second) // the watches are established
 
 	servers0, api0 := proc.Read(o.serverPids...), proc.Read(o.apiserverPids...)
+	profiled := make(chan error, 1)
+	if o.profile != "" {
+		go func() { profiled <- a.cpuProfile(ctx, o.duration, o.profile) }()
+	} else {
+		profiled <- nil
+	}
 	res := offer(ctx, a, o, objs)
 	servers1, api1 := proc.Read(o.serverPids...), proc.Read(o.apiserverPids...)
 	time.Sleep(2 * time.Second) // the last events reach the watches
+	if err := <-profiled; err != nil {
+		report["profile_error"] = err.Error()
+	}
 	cancel()
 	w.wg.Wait()
 

@@ -14,7 +14,7 @@ report; exits 1 if a check failed on any server.
 
     benches/controlplane/apiserver/run.py --server concord=target/release/concord \\
         --server etcd-3.6=.etcd-ref/bin/etcd-3.6/etcd [--kube-dir ~/.cache/concord-kube] \\
-        [-- apiserver-load flags, e.g. --objects 10000 --update-rate 100 --duration 30s]
+        [--profile-dir DIR] [-- apiserver-load flags, e.g. --objects 10000 --duration 30s]
 """
 
 import argparse
@@ -85,6 +85,8 @@ def main():
     ap.add_argument("--compact-every", default="10s", help="kube-apiserver's --etcd-compaction-interval")
     ap.add_argument("--work", default="/var/tmp")
     ap.add_argument("--markdown", help="also write the table (and the reports) to this file")
+    ap.add_argument("--profile-dir", help="write kube-apiserver's CPU profile of each server's load "
+                    "window here (NAME.pprof; compare with `go tool pprof -top -diff_base A B`)")
     ap.add_argument("load_args", nargs="*", help="after --: apiserver-load's flags")
     a = ap.parse_args()
     load_bin = os.path.join(a.work, "apiserver-load")
@@ -93,8 +95,12 @@ def main():
     for spec in a.server:
         name, _, rest = spec.partition("=")
         binary, _, members = rest.partition(":")
+        load_args = list(a.load_args)
+        if a.profile_dir:
+            os.makedirs(a.profile_dir, exist_ok=True)
+            load_args += ["--profile", os.path.abspath(os.path.join(a.profile_dir, f"{name}.pprof"))]
         report, passed = measure(name, binary, int(members or 1), a.kube_dir, load_bin,
-                                 a.load_args, a.compact_every, a.work)
+                                 load_args, a.compact_every, a.work)
         print(json.dumps(report), flush=True)
         reports.append(report)
         ok = ok and passed
