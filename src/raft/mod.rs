@@ -436,6 +436,22 @@ impl RaftNode {
         PeerService::new(self.clone(), stop)
     }
 
+    /// Resolves when the Raft core has stopped without being asked to: a write to the log or the
+    /// state failed (a full disk, an I/O error) and openraft stopped on that fatal error. The
+    /// member can then neither serve nor take part in the cluster; the answer is the error.
+    pub async fn core_failed(&self) -> String {
+        let mut metrics = self.raft.metrics();
+        loop {
+            let failed = metrics.borrow().running_state.as_ref().err().cloned();
+            if let Some(fatal) = failed {
+                return fatal.to_string();
+            }
+            if metrics.changed().await.is_err() {
+                return "the Raft core ended".to_string();
+            }
+        }
+    }
+
     /// Stops openraft.
     pub async fn shutdown(&self) {
         if let Err(e) = self.raft.shutdown().await {

@@ -285,24 +285,32 @@ async fn identity(
     Ok((id, cluster_id))
 }
 
-/// Runs a member until SIGTERM or SIGINT, or until it is removed from the cluster, then shuts
-/// it down gracefully.
+/// Runs a member until SIGTERM or SIGINT, until it is removed from the cluster, or until its
+/// Raft core stops on a storage failure, then shuts it down gracefully.
 ///
 /// # Errors
-/// Those of [`start`]; removal from the cluster.
+/// Those of [`start`]; removal from the cluster; a storage failure that stopped Raft.
 pub async fn run(cfg: Config) -> anyhow::Result<()> {
     let member = start(&cfg).await?;
     let mut removed = member.node.removed();
-    let was_removed = tokio::select! {
-        () = wait_for_signal() => false,
-        r = removed.wait_for(|r| *r) => r.is_ok(),
+    let node = member.node.clone();
+    let ended = tokio::select! {
+        () = wait_for_signal() => Ok(()),
+        r = removed.wait_for(|r| *r) => if r.is_ok() {
+            Err(anyhow!(crate::raft::REMOVED_MESSAGE))
+        } else {
+            Ok(())
+        },
+        // As etcd exits when a write to its WAL or its database fails: a member whose Raft core
+        // stopped serves nothing, and a supervisor restarting it makes the failure visible.
+        why = node.core_failed() => {
+            tracing::error!(error = %why, "raft stopped on a storage failure; exiting");
+            Err(anyhow!("raft stopped on a storage failure: {why}"))
+        },
     };
     tracing::info!("shutting down");
     member.shutdown().await;
-    if was_removed {
-        return Err(anyhow!(crate::raft::REMOVED_MESSAGE));
-    }
-    Ok(())
+    ended
 }
 
 async fn wait_for_signal() {

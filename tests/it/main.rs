@@ -2,6 +2,7 @@
 
 mod auth;
 mod cluster;
+mod disk_full;
 mod election;
 mod failover;
 mod gateway;

@@ -1,0 +1,136 @@
+//! A member whose disk fills up: it stops serving and exits (as etcd exits when a write to its
+//! WAL or database fails) instead of running on without its Raft core, and once there is room
+//! again it restarts with every acknowledged write.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use concord::pb::etcdserverpb::{PutRequest, RangeRequest};
+
+use crate::cluster::{Cluster, TestResult};
+
+/// A tmpfs of a fixed size mounted on a directory (root only), unmounted when dropped.
+struct SmallDisk {
+    dir: PathBuf,
+}
+
+impl SmallDisk {
+    /// Mounts a tmpfs of `mib` MiB on `dir`, or `None` where the tests may not mount one.
+    fn mount(dir: &Path, mib: u64) -> Option<SmallDisk> {
+        std::fs::create_dir_all(dir).ok()?;
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| SmallDisk {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Gives the disk `mib` MiB in all, keeping what it holds.
+    fn grow(&self, mib: u64) -> TestResult {
+        let status = Command::new("mount")
+            .args(["-o", &format!("remount,size={mib}m")])
+            .arg(&self.dir)
+            .status()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err("remounting the tmpfs failed".into())
+        }
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        // Lazily: a member still running on it (a failed test) must not keep it mounted.
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+}
+
+/// `len` bytes that no compression shrinks.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_member_whose_disk_fills_exits_and_restarts_with_every_acknowledged_write() -> TestResult
+{
+    let mut c = Cluster::prepare(1, &[])?;
+    let Some(disk) = SmallDisk::mount(&c.data_dir(0)?, 48) else {
+        eprintln!("skipped: this machine does not let the tests mount a tmpfs (root only)");
+        return Ok(());
+    };
+    c.spawn(0)?;
+    c.wait_leader(Duration::from_secs(20)).await?;
+
+    // 512 KiB values until a put fails: 48 MiB hold fewer than 96 of them.
+    let mut kv = c.kv(0).await?;
+    let mut acked = Vec::new();
+    for i in 0..200u64 {
+        let put = PutRequest {
+            key: format!("k{i:03}").into_bytes(),
+            value: noise(512 << 10, i),
+            ..Default::default()
+        };
+        match tokio::time::timeout(Duration::from_secs(10), kv.put(put)).await {
+            Ok(Ok(_)) => acked.push(i),
+            _ => break,
+        }
+    }
+    assert!(
+        !acked.is_empty() && acked.len() < 200,
+        "{} puts acknowledged on a 48 MiB disk",
+        acked.len()
+    );
+    assert!(
+        c.wait_exit(0, Duration::from_secs(30)).await?,
+        "the member kept running with a full disk\n{}",
+        c.log_tails(20)
+    );
+    let log = c.log_of(0)?;
+    assert!(
+        log.contains("raft stopped on a storage failure"),
+        "{}",
+        c.log_tails(20)
+    );
+
+    disk.grow(256)?;
+    c.spawn(0)?;
+    c.wait_leader(Duration::from_secs(20)).await?;
+    let mut kv = c.kv(0).await?;
+    for i in &acked {
+        let key = format!("k{i:03}").into_bytes();
+        let got = kv
+            .range(RangeRequest {
+                key,
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        let value = got.kvs.first().map(|kv| kv.value.to_vec());
+        assert_eq!(
+            value,
+            Some(noise(512 << 10, *i)),
+            "acknowledged put {i} lost"
+        );
+    }
+    kv.put(PutRequest {
+        key: b"after".to_vec(),
+        value: b"room again".to_vec(),
+        ..Default::default()
+    })
+    .await?;
+    c.kill(0)?;
+    Ok(())
+}
