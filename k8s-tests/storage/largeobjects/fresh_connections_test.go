@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"concord.local/k8s-storage/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -33,10 +32,7 @@ func TestFreshConnectionsPassTheWireCheck(t *testing.T) {
 	if d, err := time.ParseDuration(os.Getenv("WIRECHECK_DURATION")); err == nil {
 		duration = d
 	}
-	cfg := testserver.NewTestConfig(t)
-	cfg.MaxRequestBytes = 1 << 20
-	cluster := testserver.StartCluster(t, cfg)
-	endpoints := cluster.CheckWire(t)
+	cluster, endpoints := checkedCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), duration+2*time.Minute)
 	defer cancel()
 	go compactBehind(ctx, cluster.Client(t).Client)

@@ -34,17 +34,7 @@ const (
 // event. Every get must return exactly the value written, and the watch every event; every
 // frame the server sends must pass the wire check (see TestFreshConnectionsPassTheWireCheck).
 func TestLargeObjectsOnOneConnectionWithAWatch(t *testing.T) {
-	cfg := testserver.NewTestConfig(t)
-	cfg.MaxRequestBytes = 1 << 20
-	cluster := testserver.StartCluster(t, cfg)
-	endpoints := cluster.CheckWire(t)
-	config := cluster.ClientConfig(endpoints)
-	config.Logger = zap.NewNop()
-	client, err := clientv3.New(config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	cluster, client := checkedClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
@@ -87,6 +77,30 @@ func TestLargeObjectsOnOneConnectionWithAWatch(t *testing.T) {
 		t.Error("no DATA frame passed through the wire check")
 	}
 	t.Logf("checked %d DATA frames (%d MiB)", totals.DataFrames, totals.DataBytes>>20)
+}
+
+// checkedCluster starts a cluster with the request limit of the report
+// (`--max-request-bytes=1048576`) and the wire check in front of its members; it returns the
+// cluster and the URLs its clients dial.
+func checkedCluster(t *testing.T) (*testserver.Cluster, []string) {
+	cfg := testserver.NewTestConfig(t)
+	cfg.MaxRequestBytes = 1 << 20
+	cluster := testserver.StartCluster(t, cfg)
+	return cluster, cluster.CheckWire(t)
+}
+
+// checkedClient starts a checked cluster and returns it with one client of all its members,
+// closed when the test ends.
+func checkedClient(t *testing.T) (*testserver.Cluster, *clientv3.Client) {
+	cluster, endpoints := checkedCluster(t)
+	config := cluster.ClientConfig(endpoints)
+	config.Logger = zap.NewNop()
+	client, err := clientv3.New(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	return cluster, client
 }
 
 // writeAndRead puts `rounds` values of its own over the shared keys and gets each back.

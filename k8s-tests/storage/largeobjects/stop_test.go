@@ -10,9 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"concord.local/k8s-storage/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -30,17 +28,7 @@ func TestAStoppingMemberEndsNoResponseMidMessage(t *testing.T) {
 }
 
 func stopMidTransfer(t *testing.T, seed int64) {
-	cfg := testserver.NewTestConfig(t)
-	cfg.MaxRequestBytes = 1 << 20
-	cluster := testserver.StartCluster(t, cfg)
-	endpoints := cluster.CheckWire(t)
-	config := cluster.ClientConfig(endpoints)
-	config.Logger = zap.NewNop()
-	client, err := clientv3.New(config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	cluster, client := checkedClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
