@@ -16,7 +16,10 @@ linearizable read (`/health`).
 
 Client counts (`--clients 1,16,64`) come with their connections: one client over one
 connection, 16 over 4, 64 (and more) over 8. `put` overwrites keys of a 10,000-key space;
-`put-new` draws keys from a billion, so nearly every put creates its key.
+`put-new` draws keys from a billion, so nearly every put creates its key. `watch` is one writer
+and `--watchers` watchers of one prefix (every event to every watcher); `watch-keys` gives each
+watcher a key of its own and has every client put to random watchers' keys (every event to one
+watcher).
 `--etcd36-dir DIR` adds etcd 3.6 (the version Kubernetes ships), built by
 `benches/etcd36/build.sh`.
 
@@ -82,7 +85,7 @@ def make_certs(root: str) -> dict[str, str]:
             "key": os.path.join(d, "client.key"), "server": os.path.join(d, "server")}
 
 ALL_WORKLOADS = ["put", "put-new", "range", "range-ser", "range-prefix", "txn-cas", "mixed", "lease",
-                 "lease-keepalive", "lock", "lock-contended", "watch"]
+                 "lease-keepalive", "lock", "lock-contended", "watch", "watch-keys"]
 
 
 def free_ports(n: int) -> list[int]:
@@ -199,7 +202,7 @@ def bench(args, cluster: Cluster, workload: str, extra: list[str]) -> dict:
         workload, flags = "put", ["--key-space", "1000000000"]
     cmd = [args.bench, workload, "--endpoints", ",".join(cluster.client), "--json",
            "--duration", args.duration, "--server-pids", ",".join(map(str, cluster.pids())), *flags, *extra]
-    if workload == "watch":
+    if workload in ("watch", "watch-keys"):
         cmd += ["--watchers", str(args.watchers)]
     if TLS:
         cmd += ["--cacert", TLS["ca"], "--cert", TLS["cert"], "--key", TLS["key"]]

@@ -8,6 +8,7 @@
 //! concord-bench --clients 64 --conns 8 --duration 10s range --serializable
 //! concord-bench --rate 2000 txn-cas          # fixed offered load: latency without saturation
 //! concord-bench --watchers 1000 watch        # 1 writer, 1000 watchers
+//! concord-bench --watchers 1000 watch-keys   # 16 writers, 1000 watchers of a key each
 //! concord-bench --endpoints https://127.0.0.1:2379 --cacert ca.crt --cert c.crt --key c.key put
 //! concord-bench --user alice:secret range    # auth on: log in, a token with every request
 //! concord-bench snapshot                     # stream a snapshot, check its digest, keep nothing
@@ -51,6 +52,9 @@ pub enum Workload {
     LockContended,
     /// One writer, `--watchers` watchers: delivered events/s and put-to-delivery latency.
     Watch,
+    /// `--watchers` watchers, each of its own key, and `--clients` writers putting to them at
+    /// random: every event goes to one watcher. Delivered events/s and put-to-delivery latency.
+    WatchKeys,
     /// Writes every key of the key space once (to load a server), then stops.
     Load,
     /// Streams one `Maintenance.Snapshot` from the first endpoint, keeps nothing, checks its
@@ -100,7 +104,7 @@ pub struct Args {
     /// Leases kept alive (lease-keepalive).
     #[arg(long, default_value_t = 1000)]
     pub leases: usize,
-    /// Watchers (watch).
+    /// Watchers (watch, watch-keys).
     #[arg(long, default_value_t = 1000)]
     pub watchers: usize,
     /// Server pids whose peak RSS and CPU time to report (comma-separated).

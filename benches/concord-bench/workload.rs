@@ -38,7 +38,7 @@ const PREFIXES: usize = 100;
 /// When the servers cannot be reached or the preparation fails.
 pub async fn run(args: &Args) -> anyhow::Result<Measured> {
     let channels = connect(args).await?;
-    if args.workload == Workload::Watch {
+    if matches!(args.workload, Workload::Watch | Workload::WatchKeys) {
         return watch(args, &channels).await;
     }
     if args.workload == Workload::Load {
@@ -387,7 +387,7 @@ impl Client {
                     _ => Err(Status::internal("lease lost")),
                 }
             }
-            Workload::Watch | Workload::Load | Workload::Snapshot => Ok(()),
+            Workload::Watch | Workload::WatchKeys | Workload::Load | Workload::Snapshot => Ok(()),
         }
     }
 
@@ -443,7 +443,8 @@ fn now_nanos() -> u64 {
 }
 
 /// One writer puts (at `--rate`, or as fast as it can) values carrying their send time; every
-/// watcher records each event's put-to-delivery latency.
+/// watcher records each event's put-to-delivery latency. With `watch-keys` each watcher watches
+/// a key of its own and `--clients` writers put to random watchers' keys.
 async fn watch(args: &Args, channels: &[Channel]) -> anyhow::Result<Measured> {
     let prefix = b"bench/watch/".to_vec();
     let end_key = concord::storage::prefix_end(&prefix);
@@ -454,7 +455,11 @@ async fn watch(args: &Args, channels: &[Channel]) -> anyhow::Result<Measured> {
     let (ready_tx, mut ready_rx) = mpsc::channel::<()>(args.watchers.max(1));
     for w in 0..args.watchers {
         let mut client = WatchClient::new(channels[w % channels.len()].clone());
-        let (key, range_end) = (prefix.clone(), end_key.clone());
+        let (key, range_end) = if args.workload == Workload::WatchKeys {
+            (watched_key(&prefix, w), Vec::new())
+        } else {
+            (prefix.clone(), end_key.clone())
+        };
         let ready = ready_tx.clone();
         watchers.push(tokio::spawn(async move {
             let create = WatchRequest {
@@ -495,6 +500,34 @@ async fn watch(args: &Args, channels: &[Channel]) -> anyhow::Result<Measured> {
     for _ in 0..args.watchers {
         ready_rx.recv().await;
     }
+    if args.workload == Workload::WatchKeys {
+        write_to_watchers(args, channels, &prefix, end).await?;
+    } else {
+        fan_out_writer(args, channels, &prefix, end).await?;
+    }
+    let mut total = Measured::new()?;
+    for w in watchers {
+        total.merge(&w.await??)?;
+    }
+    total.elapsed = args.duration;
+    let (usage, client_cpu) = usage.await?;
+    total.server_usage = Some(usage);
+    total.client_cpu = Some(client_cpu);
+    Ok(total)
+}
+
+/// Watcher `w`'s key in `watch-keys`.
+fn watched_key(prefix: &[u8], w: usize) -> Vec<u8> {
+    [prefix, format!("{w:06}").as_bytes()].concat()
+}
+
+/// `watch`'s one writer: puts over 1,000 keys of the watched prefix until `end`.
+async fn fan_out_writer(
+    args: &Args,
+    channels: &[Channel],
+    prefix: &[u8],
+    end: Instant,
+) -> anyhow::Result<()> {
     let mut kv = KvClient::new(channels[0].clone());
     let mut value = incompressible(args.value_size.max(8), 0);
     let every = (args.rate > 0).then(|| Duration::from_secs_f64(1.0 / args.rate as f64));
@@ -506,7 +539,7 @@ async fn watch(args: &Args, channels: &[Channel]) -> anyhow::Result<Measured> {
             next += every;
         }
         value[..8].copy_from_slice(&now_nanos().to_be_bytes());
-        let key = [prefix.clone(), format!("{:04}", i % 1000).into_bytes()].concat();
+        let key = [prefix, format!("{:04}", i % 1000).as_bytes()].concat();
         i += 1;
         kv.put(PutRequest {
             key,
@@ -515,15 +548,44 @@ async fn watch(args: &Args, channels: &[Channel]) -> anyhow::Result<Measured> {
         })
         .await?;
     }
-    let mut total = Measured::new()?;
-    for w in watchers {
-        total.merge(&w.await??)?;
+    Ok(())
+}
+
+/// `watch-keys`' writers: `--clients` closed loops, spread over the connections, each putting
+/// to a random watcher's key until `end`.
+async fn write_to_watchers(
+    args: &Args,
+    channels: &[Channel],
+    prefix: &[u8],
+    end: Instant,
+) -> anyhow::Result<()> {
+    let mut writers = Vec::new();
+    for c in 0..args.clients.max(1) {
+        let mut kv = KvClient::new(channels[c % channels.len()].clone());
+        let (prefix, watchers) = (prefix.to_vec(), args.watchers.max(1));
+        let mut value = incompressible(args.value_size.max(8), c as u64);
+        writers.push(tokio::spawn(async move {
+            let mut state = (c as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            while Instant::now() < end {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let w = usize::try_from(state % watchers as u64).unwrap_or(0);
+                value[..8].copy_from_slice(&now_nanos().to_be_bytes());
+                kv.put(PutRequest {
+                    key: watched_key(&prefix, w),
+                    value: value.clone(),
+                    ..Default::default()
+                })
+                .await?;
+            }
+            anyhow::Ok(())
+        }));
     }
-    total.elapsed = args.duration;
-    let (usage, client_cpu) = usage.await?;
-    total.server_usage = Some(usage);
-    total.client_cpu = Some(client_cpu);
-    Ok(total)
+    for w in writers {
+        w.await??;
+    }
+    Ok(())
 }
 
 /// `len` pseudo-random bytes from `seed`: values that compression cannot shrink, as most real
