@@ -443,8 +443,11 @@ impl RaftNode {
         let mut metrics = self.raft.metrics();
         loop {
             let failed = metrics.borrow().running_state.as_ref().err().cloned();
-            if let Some(fatal) = failed {
-                return fatal.to_string();
+            match failed {
+                // Stopped: asked to (by `shutdown`), which is not a failure.
+                Some(openraft::error::Fatal::Stopped) => std::future::pending::<()>().await,
+                Some(fatal) => return fatal.to_string(),
+                None => {}
             }
             if metrics.changed().await.is_err() {
                 return "the Raft core ended".to_string();
