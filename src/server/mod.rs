@@ -286,10 +286,10 @@ async fn identity(
 }
 
 /// Runs a member until SIGTERM or SIGINT, until it is removed from the cluster, or until its
-/// Raft core stops on a storage failure, then shuts it down gracefully.
+/// Raft core stops on a fatal error (a storage failure), then shuts it down gracefully.
 ///
 /// # Errors
-/// Those of [`start`]; removal from the cluster; a storage failure that stopped Raft.
+/// Those of [`start`]; removal from the cluster; the fatal error that stopped Raft.
 pub async fn run(cfg: Config) -> anyhow::Result<()> {
     let member = start(&cfg).await?;
     let mut removed = member.node.removed();
@@ -304,8 +304,8 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         // As etcd exits when a write to its WAL or its database fails: a member whose Raft core
         // stopped serves nothing, and a supervisor restarting it makes the failure visible.
         why = node.core_failed() => {
-            tracing::error!(error = %why, "raft stopped on a storage failure; exiting");
-            Err(anyhow!("raft stopped on a storage failure: {why}"))
+            tracing::error!(error = %why, "raft stopped on a fatal error; exiting");
+            Err(anyhow!("raft stopped on a fatal error: {why}"))
         },
     };
     tracing::info!("shutting down");

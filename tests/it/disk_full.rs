@@ -100,7 +100,7 @@ async fn a_member_whose_disk_fills_exits_and_restarts_with_every_acknowledged_wr
     );
     let log = c.log_of(0)?;
     assert!(
-        log.contains("raft stopped on a storage failure"),
+        log.contains("raft stopped on a fatal error"),
         "{}",
         c.log_tails(20)
     );
