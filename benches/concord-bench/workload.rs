@@ -105,11 +105,21 @@ pub async fn run(args: &Args) -> anyhow::Result<Measured> {
             anyhow::Ok(m)
         }));
     }
+    gather(tasks, args.duration, usage).await
+}
+
+/// The clients' (or watchers') measurements merged into one over `duration`, with the servers'
+/// and this process's CPU from `usage`.
+async fn gather(
+    tasks: Vec<tokio::task::JoinHandle<anyhow::Result<Measured>>>,
+    duration: Duration,
+    usage: tokio::task::JoinHandle<(crate::report::ProcStats, f64)>,
+) -> anyhow::Result<Measured> {
     let mut total = Measured::new()?;
     for t in tasks {
         total.merge(&t.await??)?;
     }
-    total.elapsed = args.duration;
+    total.elapsed = duration;
     let (usage, client_cpu) = usage.await?;
     total.server_usage = Some(usage);
     total.client_cpu = Some(client_cpu);
@@ -505,15 +515,7 @@ async fn watch(args: &Args, channels: &[Channel]) -> anyhow::Result<Measured> {
     } else {
         fan_out_writer(args, channels, &prefix, end).await?;
     }
-    let mut total = Measured::new()?;
-    for w in watchers {
-        total.merge(&w.await??)?;
-    }
-    total.elapsed = args.duration;
-    let (usage, client_cpu) = usage.await?;
-    total.server_usage = Some(usage);
-    total.client_cpu = Some(client_cpu);
-    Ok(total)
+    gather(watchers, args.duration, usage).await
 }
 
 /// Watcher `w`'s key in `watch-keys`.

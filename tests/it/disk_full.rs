@@ -50,17 +50,17 @@ impl Drop for SmallDisk {
     }
 }
 
-/// `len` bytes that no compression shrinks.
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 24) as u8
-        })
-        .collect()
+/// Put `i`'s 512 KiB value: `i`, then bytes no compression shrinks (SHA-256 blocks).
+fn value_of(i: u64) -> Vec<u8> {
+    use sha2::Digest;
+    let mut out = i.to_le_bytes().to_vec();
+    let mut block = 0u64;
+    while out.len() < 512 << 10 {
+        out.extend_from_slice(&sha2::Sha256::digest(block.to_le_bytes()));
+        block += 1;
+    }
+    out.truncate(512 << 10);
+    out
 }
 
 #[tokio::test]
@@ -80,7 +80,7 @@ async fn a_member_whose_disk_fills_exits_and_restarts_with_every_acknowledged_wr
     for i in 0..200u64 {
         let put = PutRequest {
             key: format!("k{i:03}").into_bytes(),
-            value: noise(512 << 10, i),
+            value: value_of(i),
             ..Default::default()
         };
         match tokio::time::timeout(Duration::from_secs(10), kv.put(put)).await {
@@ -119,11 +119,7 @@ async fn a_member_whose_disk_fills_exits_and_restarts_with_every_acknowledged_wr
             .await?
             .into_inner();
         let value = got.kvs.first().map(|kv| kv.value.to_vec());
-        assert_eq!(
-            value,
-            Some(noise(512 << 10, *i)),
-            "acknowledged put {i} lost"
-        );
+        assert_eq!(value, Some(value_of(*i)), "acknowledged put {i} lost");
     }
     kv.put(PutRequest {
         key: b"after".to_vec(),
