@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use concord::pb::etcdserverpb::{PutRequest, RangeRequest};
 
@@ -128,5 +128,80 @@ async fn a_member_whose_disk_fills_exits_and_restarts_with_every_acknowledged_wr
     })
     .await?;
     c.kill(0)?;
+    Ok(())
+}
+
+/// Puts `value_of(i)` under `k<i>` through member 0 or 1, retrying through an election.
+async fn put_through_the_others(c: &Cluster, i: u64) -> TestResult {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        for m in [0, 1] {
+            let Ok(mut kv) = c.kv(m).await else { continue };
+            let put = PutRequest {
+                key: format!("k{i:03}").into_bytes(),
+                value: value_of(i),
+                ..Default::default()
+            };
+            if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(5), kv.put(put)).await {
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!("put {i} not acknowledged by the two members left").into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_member_whose_disk_fills_leaves_the_others_serving() -> TestResult {
+    let mut c = Cluster::prepare(3, &[])?;
+    let Some(_disk) = SmallDisk::mount(&c.data_dir(2)?, 48) else {
+        eprintln!("skipped: this machine does not let the tests mount a tmpfs (root only)");
+        return Ok(());
+    };
+    for m in 0..3 {
+        c.spawn(m)?;
+    }
+    c.wait_leader(Duration::from_secs(20)).await?;
+    // Member 2's 48 MiB fill with fewer than 96 values of 512 KiB; the others have room.
+    let mut written = 0u64;
+    loop {
+        put_through_the_others(&c, written).await?;
+        written += 1;
+        if written.is_multiple_of(8) && c.wait_exit(2, Duration::from_millis(150)).await? {
+            break;
+        }
+        if written > 300 {
+            return Err(format!(
+                "member 2 still runs after {written} puts\n{}",
+                c.log_tails(20)
+            )
+            .into());
+        }
+    }
+    assert!(
+        c.log_of(2)?.contains("raft stopped on a fatal error"),
+        "{}",
+        c.log_tails(20)
+    );
+    // The two left go on, and hold every acknowledged value.
+    for i in written..written + 8 {
+        put_through_the_others(&c, i).await?;
+    }
+    let mut kv = c.kv(0).await?;
+    for i in 0..written + 8 {
+        let got = kv
+            .range(RangeRequest {
+                key: format!("k{i:03}").into_bytes(),
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        let value = got.kvs.first().map(|kv| kv.value.to_vec());
+        assert_eq!(value, Some(value_of(i)), "acknowledged put {i} lost");
+    }
+    c.kill(0)?;
+    c.kill(1)?;
     Ok(())
 }
