@@ -290,10 +290,7 @@ impl Client {
     }
 
     fn next(&mut self) -> usize {
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        self.rng as usize
+        xorshift(&mut self.rng) as usize
     }
 
     fn cas_key(&self) -> Vec<u8> {
@@ -569,10 +566,7 @@ async fn write_to_watchers(
         writers.push(tokio::spawn(async move {
             let mut state = (c as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
             while Instant::now() < end {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                let w = usize::try_from(state % watchers as u64).unwrap_or(0);
+                let w = usize::try_from(xorshift(&mut state) % watchers as u64).unwrap_or(0);
                 value[..8].copy_from_slice(&now_nanos().to_be_bytes());
                 kv.put(PutRequest {
                     key: watched_key(&prefix, w),
@@ -596,11 +590,14 @@ async fn write_to_watchers(
 fn incompressible(len: usize, seed: u64) -> Vec<u8> {
     let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 24) as u8
-        })
+        .map(|_| (xorshift(&mut state) >> 24) as u8)
         .collect()
+}
+
+/// The next number of the xorshift generator whose state is `state` (never 0).
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
 }

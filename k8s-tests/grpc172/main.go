@@ -31,13 +31,18 @@ import (
 )
 
 func main() {
-	ep := flag.String("endpoints", "https://127.0.0.1:2379", "")
-	dir := flag.String("certs", ".", "")
-	dur := flag.Duration("duration", time.Minute, "")
+	ep := flag.String("endpoints", "https://127.0.0.1:2379", "the members' client URLs, comma-separated")
+	dir := flag.String("certs", ".", "the directory of ca.crt, client.crt and client.key")
+	dur := flag.Duration("duration", time.Minute, "how long new clients are made")
 	flag.Parse()
-	ca, _ := os.ReadFile(*dir + "/ca.crt")
+	ca, err := os.ReadFile(*dir + "/ca.crt")
+	if err != nil {
+		panic(err)
+	}
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
+	if !pool.AppendCertsFromPEM(ca) {
+		panic("no certificate in ca.crt")
+	}
 	cert, err := tls.LoadX509KeyPair(*dir+"/client.crt", *dir+"/client.key")
 	if err != nil {
 		panic(err)
@@ -94,12 +99,15 @@ func fresh(cfg clientv3.Config, w int, rng *rand.Rand, slow bool) error {
 	defer stop()
 	watch := c.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithRev(start.Header.Revision+1))
 	seen := make(chan error, 1)
+	pause := time.Duration(0)
+	if slow {
+		// Drawn here: the goroutine may outlive this call, and rng is the worker's.
+		pause = time.Duration(1+rng.Intn(5)) * time.Millisecond
+	}
 	go func() {
 		n := 0
 		for resp := range watch {
-			if slow {
-				time.Sleep(time.Duration(1+rng.Intn(5)) * time.Millisecond)
-			}
+			time.Sleep(pause)
 			if resp.Err() != nil {
 				seen <- fmt.Errorf("watch: %w", resp.Err())
 				return

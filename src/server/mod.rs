@@ -293,7 +293,6 @@ async fn identity(
 pub async fn run(cfg: Config) -> anyhow::Result<()> {
     let member = start(&cfg).await?;
     let mut removed = member.node.removed();
-    let node = member.node.clone();
     let ended = tokio::select! {
         () = wait_for_signal() => Ok(()),
         r = removed.wait_for(|r| *r) => if r.is_ok() {
@@ -303,7 +302,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         },
         // As etcd exits when a write to its WAL or its database fails: a member whose Raft core
         // stopped serves nothing, and a supervisor restarting it makes the failure visible.
-        why = node.core_failed() => {
+        why = member.node.core_failed() => {
             tracing::error!(error = %why, "raft stopped on a fatal error; exiting");
             Err(anyhow!("raft stopped on a fatal error: {why}"))
         },

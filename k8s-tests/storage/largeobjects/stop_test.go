@@ -48,11 +48,13 @@ func stopMidTransfer(t *testing.T, seed int64) {
 		}()
 	}
 
+	// stopped: the stop has begun (a call's failure ends its worker); stoppedAt: when the
+	// member had exited (a second later the workers end anyway).
 	var stopped atomic.Bool
 	var stoppedAt atomic.Int64
 	var calls, failed atomic.Int64
 	var wg sync.WaitGroup
-	failures := make(chan error, 64)
+	failures := make(chan error, 8)
 	for w := 0; w < 8; w++ {
 		wg.Add(1)
 		go func(w int) {
@@ -80,7 +82,9 @@ func stopMidTransfer(t *testing.T, seed int64) {
 				}
 				failed.Add(1)
 				if status.Code(err) == codes.Internal || strings.Contains(err.Error(), "unexpected EOF") {
+					// One per worker: the channel holds them all.
 					failures <- fmt.Errorf("worker %d: %w", w, err)
+					return
 				}
 				if stopped.Load() {
 					return

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -174,7 +175,7 @@ func scheme(withTLS bool) string {
 }
 
 // mustCerts returns the shared certificates, failing the test if they cannot be made.
-func mustCerts(t interface{ Fatal(...any) }) *Certs {
+func mustCerts(t testing.TB) *Certs {
 	c, err := sharedCerts()
 	if err != nil {
 		t.Fatal(fmt.Errorf("making TLS certificates: %w", err))

@@ -51,26 +51,26 @@ func (t *Totals) Add(o Totals) {
 }
 
 // Listen starts a proxy on a free local port in front of target (host:port).
-func Listen(target string) (*Proxy, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	p := &Proxy{listener: l, target: target}
-	p.wg.Add(1)
-	go p.accept()
-	return p, nil
-}
+func Listen(target string) (*Proxy, error) { return listen(target, nil, nil) }
 
 // ListenTLS starts a proxy that accepts TLS with front and reaches target over TLS with back
 // (both should offer ALPN "h2"): the frames it checks are the server's as its TLS session
 // carried them, so a server's TLS write path is checked as well as its HTTP/2.
 func ListenTLS(target string, front, back *tls.Config) (*Proxy, error) {
+	return listen(target, front, back)
+}
+
+// listen starts a proxy on a free local port, speaking TLS on its two sides when front and
+// back are given.
+func listen(target string, front, back *tls.Config) (*Proxy, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{listener: tls.NewListener(l, front), target: target, back: back}
+	if front != nil {
+		l = tls.NewListener(l, front)
+	}
+	p := &Proxy{listener: l, target: target, back: back}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
