@@ -62,6 +62,9 @@ openraft::declare_raft_types!(
 /// member that is gone is noticed sooner by the connection's own timeout).
 const SNAPSHOT_INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// How often [`RaftNode::core_failed`] looks whether the Raft core stopped on a fatal error.
+const CORE_CHECK: Duration = Duration::from_millis(200);
+
 /// The openraft handle.
 pub type Raft = openraft::Raft<TypeConfig>;
 
@@ -439,17 +442,23 @@ impl RaftNode {
     /// Resolves when the Raft core has stopped without being asked to: a write to the log or the
     /// state failed (a full disk, an I/O error) and openraft stopped on that fatal error. The
     /// member can then neither serve nor take part in the cluster; the answer is the error.
+    ///
+    /// Looks every [`CORE_CHECK`] rather than at every change of openraft's metrics: they change
+    /// with every log write and apply, and waking the waiter (the process's main thread) that
+    /// often cost every request a thread switch.
     pub async fn core_failed(&self) -> String {
-        let mut metrics = self.raft.metrics();
+        let mut tick = tokio::time::interval(CORE_CHECK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
-            let failed = metrics.borrow().running_state.as_ref().err().cloned();
+            tick.tick().await;
+            let failed = self.metrics_now().running_state.as_ref().err().cloned();
             match failed {
                 // Stopped: asked to (by `shutdown`), which is not a failure.
                 Some(openraft::error::Fatal::Stopped) => std::future::pending::<()>().await,
                 Some(fatal) => return fatal.to_string(),
                 None => {}
             }
-            if metrics.changed().await.is_err() {
+            if self.metrics.has_changed().is_err() {
                 return "the Raft core ended".to_string();
             }
         }

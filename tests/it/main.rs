@@ -17,4 +17,5 @@ mod memory_limit;
 mod snapshot;
 mod tls;
 mod unix;
+mod wakeups;
 mod watch;
