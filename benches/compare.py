@@ -40,6 +40,9 @@ setup: a CA, server and peer certificates, a client certificate; made here with 
 concord-bench connects with the client certificate.
 --auth: both servers with auth on (root, and a user with READWRITE on the bench's key prefix);
 concord-bench logs in as that user and sends the token with every request.
+--pin SERVER_CPUS:BENCH_CPUS (e.g. `0:1`): every server process runs on the first CPU list and
+concord-bench on the second (`taskset -c`), so the load generator takes none of the servers'
+CPU time; each server sizes its threads to what it is given (Go's GOMAXPROCS, tokio's workers).
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ import urllib.request
 
 # Set by --tls: {"dir": ..., "ca": ..., "cert": ..., "key": ...}
 TLS: dict[str, str] = {}
+# With --pin: the `taskset` prefixes of the servers' and the load generator's commands.
+PIN: dict[str, list[str]] = {"server": [], "bench": []}
 
 
 def make_certs(root: str) -> dict[str, str]:
@@ -114,7 +119,7 @@ class Cluster:
 
     def argv(self, i: int) -> list[str]:
         initial = ",".join(f"m{j}={u}" for j, u in enumerate(self.peer))
-        return [self.binary, "--name", f"m{i}", "--data-dir", os.path.join(self.dir, f"m{i}"),
+        return [*PIN["server"], self.binary, "--name", f"m{i}", "--data-dir", os.path.join(self.dir, f"m{i}"),
                 "--listen-client-urls", self.client[i], "--advertise-client-urls", self.client[i],
                 "--listen-peer-urls", self.peer[i], "--initial-advertise-peer-urls", self.peer[i],
                 "--initial-cluster", initial, "--log-level", "error", *tls_flags()]
@@ -200,7 +205,7 @@ def bench(args, cluster: Cluster, workload: str, extra: list[str]) -> dict:
     if workload == "put-new":
         # Keys drawn from a billion: nearly every put creates its key.
         workload, flags = "put", ["--key-space", "1000000000"]
-    cmd = [args.bench, workload, "--endpoints", ",".join(cluster.client), "--json",
+    cmd = [*PIN["bench"], args.bench, workload, "--endpoints", ",".join(cluster.client), "--json",
            "--duration", args.duration, "--server-pids", ",".join(map(str, cluster.pids())), *flags, *extra]
     if workload in ("watch", "watch-keys"):
         cmd += ["--watchers", str(args.watchers)]
@@ -265,13 +270,28 @@ def conns_for(clients: int) -> int:
 CPUS = os.cpu_count() or 1
 
 
+def cpus_in(cpu_list: str) -> int:
+    """How many CPUs a `taskset -c` list names ("0", "0-3", "0,2")."""
+    n = 0
+    for part in cpu_list.split(","):
+        low, _, high = part.partition("-")
+        n += int(high or low) - int(low) + 1
+    return n
+
+
 def cpu_budget(w: str, clients: int, conns: int, servers, refs, med: dict) -> str:
     """One row of the CPU budget: how busy each run kept the machine's CPUs (server and load
     generator together) and the throughput ratio to each reference that the CPU per operation
     allows when both use every CPU. A run well below 100 % busy waited on something else (the
     disk's fsync, one writer)."""
     total = {label: med[label]["cpu_us"] + med[label]["client_us"] for label, _ in servers}
-    busy = [f"{med[label]['ops_per_sec'] * total[label] / 1e6 / CPUS * 100:.0f}" for label, _ in servers]
+    if PIN["server"]:
+        # Pinned: how busy each side kept its own CPUs, server / generator.
+        busy = [f"{med[label]['ops_per_sec'] * med[label]['cpu_us'] / 1e6 / cpus_in(PIN['server'][-1]) * 100:.0f}"
+                f"+{med[label]['ops_per_sec'] * med[label]['client_us'] / 1e6 / cpus_in(PIN['bench'][-1]) * 100:.0f}"
+                for label, _ in servers]
+    else:
+        busy = [f"{med[label]['ops_per_sec'] * total[label] / 1e6 / CPUS * 100:.0f}" for label, _ in servers]
     cells = [w, f"{clients}/{conns}", " / ".join(busy) + " %",
              " / ".join(f"{total[label]:.1f}" for label, _ in servers)]
     cells += [ratio(total[r], total["concord"]) for r in refs]
@@ -348,9 +368,14 @@ def compare(args, out: list[str]) -> None:
             out.append("\n" + "\n".join(p50s))
             print("\n".join(p50s), flush=True)
         out.append(f"\n### {n} node{'s' if n > 1 else ''}: the same runs as a CPU budget\n")
-        out.append(f"Machine CPU busy: ops/s x (server + load generator CPU per op) / {CPUS} CPUs. "
-                   "CPU-bound ceiling: a reference's server + generator CPU per op over "
-                   "Concord's, the ratio two runs would give that both used every CPU.\n")
+        if PIN["server"]:
+            out.append(f"Pinned: busy is server + generator, each over its own CPUs "
+                       f"({PIN['server'][-1]} and {PIN['bench'][-1]}); a server near 100 % is the "
+                       "bound. The ceiling column still adds the two CPU costs.\n")
+        else:
+            out.append(f"Machine CPU busy: ops/s x (server + load generator CPU per op) / {CPUS} CPUs. "
+                       "CPU-bound ceiling: a reference's server + generator CPU per op over "
+                       "Concord's, the ratio two runs would give that both used every CPU.\n")
         head = ["workload", "clients/conns", "machine CPU busy " + " / ".join(NAMES[l] for l, _ in servers),
                 "server + generator µs/op " + " / ".join(NAMES[l] for l, _ in servers)]
         head += [f"CPU-bound ceiling vs {NAMES[r]}" for r in refs]
@@ -449,7 +474,14 @@ def main() -> int:
     ap.add_argument("--auth", action="store_true",
                     help="auth on (both servers): the bench logs in as a user with READWRITE on "
                          "its key prefix and every request carries the token")
+    ap.add_argument("--pin", metavar="SERVER_CPUS:BENCH_CPUS",
+                    help="run the servers on one set of CPUs and concord-bench on another, e.g. 0:1")
     args = ap.parse_args()
+    if args.pin:
+        server_cpus, _, bench_cpus = args.pin.partition(":")
+        if not server_cpus or not bench_cpus:
+            raise SystemExit("--pin wants SERVER_CPUS:BENCH_CPUS, e.g. 0:1")
+        PIN["server"], PIN["bench"] = ["taskset", "-c", server_cpus], ["taskset", "-c", bench_cpus]
     if args.auth and args.tls:
         raise SystemExit("--auth and --tls: one at a time")
     if args.tls:
@@ -468,6 +500,7 @@ def main() -> int:
            f"{args.duration} per run after 1 s warm-up; 256 B values"
            f"{'; TLS for clients and peers, client certificates required' if args.tls else ''}"
            f"{'; auth on, a user with READWRITE on the bench prefix, a token on every request' if args.auth else ''}"
+           f"{f'; servers pinned to CPUs {server_cpus}, concord-bench to CPUs {bench_cpus}' if args.pin else ''}"
            f"{'; servers kept running across all runs (state growing)' if args.keep_servers else ''}"
            f"{'; plain tonic client connections (END_STREAM in a frame of its own, no write coalescing)' if args.plain else ''}."]
     if not args.memory_only:
