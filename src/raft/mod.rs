@@ -319,8 +319,11 @@ impl RaftNode {
     }
 
     /// Counts the leaders this member sees (`etcd_server_leader_changes_seen_total`).
+    ///
+    /// Watches openraft's server metrics, which change only with the vote, the leader or the
+    /// membership (its full metrics change with every log write and apply).
     fn count_leader_changes(self: &Arc<Self>) {
-        let mut metrics = self.raft.metrics();
+        let mut metrics = self.raft.server_metrics();
         tokio::spawn(async move {
             let mut seen = None;
             while metrics.changed().await.is_ok() {
