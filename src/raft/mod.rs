@@ -62,9 +62,6 @@ openraft::declare_raft_types!(
 /// member that is gone is noticed sooner by the connection's own timeout).
 const SNAPSHOT_INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// How often [`RaftNode::core_failed`] looks whether the Raft core stopped on a fatal error.
-const CORE_CHECK: Duration = Duration::from_millis(200);
-
 /// The openraft handle.
 pub type Raft = openraft::Raft<TypeConfig>;
 
@@ -446,24 +443,18 @@ impl RaftNode {
     /// state failed (a full disk, an I/O error) and openraft stopped on that fatal error. The
     /// member can then neither serve nor take part in the cluster; the answer is the error.
     ///
-    /// Looks every [`CORE_CHECK`] rather than at every change of openraft's metrics: they change
-    /// with every log write and apply, and waking the waiter (the process's main thread) that
-    /// often cost every request a thread switch.
+    /// Waits on openraft's server metrics, which change only with the vote, the leader or the
+    /// membership, and whose channel closes when the core ends (it records why in the full
+    /// metrics first). The full metrics change with every log write and apply: waiting on them
+    /// woke the waiter, the process's main thread, for every request.
     pub async fn core_failed(&self) -> String {
-        let mut tick = tokio::time::interval(CORE_CHECK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        loop {
-            tick.tick().await;
-            let failed = self.metrics_now().running_state.as_ref().err().cloned();
-            match failed {
-                // Stopped: asked to (by `shutdown`), which is not a failure.
-                Some(openraft::error::Fatal::Stopped) => std::future::pending::<()>().await,
-                Some(fatal) => return fatal.to_string(),
-                None => {}
-            }
-            if self.metrics.has_changed().is_err() {
-                return "the Raft core ended".to_string();
-            }
+        let mut server = self.raft.server_metrics();
+        while server.changed().await.is_ok() {}
+        match self.metrics_now().running_state.as_ref().err().cloned() {
+            // Stopped: asked to (by `shutdown`), which is not a failure.
+            Some(openraft::error::Fatal::Stopped) => std::future::pending().await,
+            Some(fatal) => fatal.to_string(),
+            None => "the Raft core ended".to_string(),
         }
     }
 
