@@ -11,12 +11,17 @@ use tonic::transport::Channel;
 pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 /// Puts `key` through `member`; returns the revision.
-pub async fn put(c: &Cluster, member: usize, key: &str, value: &str) -> TestResult<i64> {
+pub async fn put(
+    c: &Cluster,
+    member: usize,
+    key: &str,
+    value: impl AsRef<[u8]>,
+) -> TestResult<i64> {
     let mut kv = c.kv(member).await?;
     let resp = kv
         .put(concord::pb::etcdserverpb::PutRequest {
             key: key.into(),
-            value: value.into(),
+            value: value.as_ref().to_vec(),
             ..Default::default()
         })
         .await?
@@ -26,11 +31,11 @@ pub async fn put(c: &Cluster, member: usize, key: &str, value: &str) -> TestResu
 
 /// Puts, retrying through any running member until acknowledged or the deadline passes;
 /// returns the revision.
-pub async fn put_retrying(c: &Cluster, key: &str, value: &str) -> TestResult<i64> {
+pub async fn put_retrying(c: &Cluster, key: &str, value: impl AsRef<[u8]>) -> TestResult<i64> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         for m in c.alive() {
-            if let Ok(rev) = put(c, m, key, value).await {
+            if let Ok(rev) = put(c, m, key, value.as_ref()).await {
                 return Ok(rev);
             }
         }

@@ -4,11 +4,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use concord::pb::etcdserverpb::{PutRequest, RangeRequest};
 
-use crate::cluster::{Cluster, TestResult};
+use crate::cluster::{put_retrying, Cluster, TestResult};
 
 /// A tmpfs of a fixed size mounted on a directory (root only), unmounted when dropped.
 struct SmallDisk {
@@ -131,26 +131,10 @@ async fn a_member_whose_disk_fills_exits_and_restarts_with_every_acknowledged_wr
     Ok(())
 }
 
-/// Puts `value_of(i)` under `k<i>` through member 0 or 1, retrying through an election.
-async fn put_through_the_others(c: &Cluster, i: u64) -> TestResult {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        for m in [0, 1] {
-            let Ok(mut kv) = c.kv(m).await else { continue };
-            let put = PutRequest {
-                key: format!("k{i:03}").into_bytes(),
-                value: value_of(i),
-                ..Default::default()
-            };
-            if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(5), kv.put(put)).await {
-                return Ok(());
-            }
-        }
-        if Instant::now() > deadline {
-            return Err(format!("put {i} not acknowledged by the two members left").into());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// Puts `value_of(i)` under `k<i>` through any running member, retrying through an election.
+async fn put_value(c: &Cluster, i: u64) -> TestResult {
+    put_retrying(c, &format!("k{i:03}"), value_of(i)).await?;
+    Ok(())
 }
 
 #[tokio::test]
@@ -167,7 +151,7 @@ async fn a_member_whose_disk_fills_leaves_the_others_serving() -> TestResult {
     // Member 2's 48 MiB fill with fewer than 96 values of 512 KiB; the others have room.
     let mut written = 0u64;
     loop {
-        put_through_the_others(&c, written).await?;
+        put_value(&c, written).await?;
         written += 1;
         if written.is_multiple_of(8) && c.wait_exit(2, Duration::from_millis(150)).await? {
             break;
@@ -187,7 +171,7 @@ async fn a_member_whose_disk_fills_leaves_the_others_serving() -> TestResult {
     );
     // The two left go on, and hold every acknowledged value.
     for i in written..written + 8 {
-        put_through_the_others(&c, i).await?;
+        put_value(&c, i).await?;
     }
     let mut kv = c.kv(0).await?;
     for i in 0..written + 8 {
