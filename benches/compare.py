@@ -64,8 +64,13 @@ import urllib.request
 
 # Set by --tls: {"dir": ..., "ca": ..., "cert": ..., "key": ...}
 TLS: dict[str, str] = {}
-# With --pin: the `taskset` prefixes of the servers' and the load generator's commands.
-PIN: dict[str, list[str]] = {"server": [], "bench": []}
+# With --pin: the CPU lists ("server", "bench") the servers and the load generator run on.
+PIN: dict[str, str] = {}
+
+
+def pinned(role: str) -> list[str]:
+    """The `taskset` prefix of `role`'s commands, or nothing when not pinned."""
+    return ["taskset", "-c", PIN[role]] if role in PIN else []
 
 
 def make_certs(root: str) -> dict[str, str]:
@@ -119,7 +124,7 @@ class Cluster:
 
     def argv(self, i: int) -> list[str]:
         initial = ",".join(f"m{j}={u}" for j, u in enumerate(self.peer))
-        return [*PIN["server"], self.binary, "--name", f"m{i}", "--data-dir", os.path.join(self.dir, f"m{i}"),
+        return [*pinned("server"), self.binary, "--name", f"m{i}", "--data-dir", os.path.join(self.dir, f"m{i}"),
                 "--listen-client-urls", self.client[i], "--advertise-client-urls", self.client[i],
                 "--listen-peer-urls", self.peer[i], "--initial-advertise-peer-urls", self.peer[i],
                 "--initial-cluster", initial, "--log-level", "error", *tls_flags()]
@@ -205,7 +210,7 @@ def bench(args, cluster: Cluster, workload: str, extra: list[str]) -> dict:
     if workload == "put-new":
         # Keys drawn from a billion: nearly every put creates its key.
         workload, flags = "put", ["--key-space", "1000000000"]
-    cmd = [*PIN["bench"], args.bench, workload, "--endpoints", ",".join(cluster.client), "--json",
+    cmd = [*pinned("bench"), args.bench, workload, "--endpoints", ",".join(cluster.client), "--json",
            "--duration", args.duration, "--server-pids", ",".join(map(str, cluster.pids())), *flags, *extra]
     if workload in ("watch", "watch-keys"):
         cmd += ["--watchers", str(args.watchers)]
@@ -285,10 +290,11 @@ def cpu_budget(w: str, clients: int, conns: int, servers, refs, med: dict) -> st
     allows when both use every CPU. A run well below 100 % busy waited on something else (the
     disk's fsync, one writer)."""
     total = {label: med[label]["cpu_us"] + med[label]["client_us"] for label, _ in servers}
-    if PIN["server"]:
-        # Pinned: how busy each side kept its own CPUs, server / generator.
-        busy = [f"{med[label]['ops_per_sec'] * med[label]['cpu_us'] / 1e6 / cpus_in(PIN['server'][-1]) * 100:.0f}"
-                f"+{med[label]['ops_per_sec'] * med[label]['client_us'] / 1e6 / cpus_in(PIN['bench'][-1]) * 100:.0f}"
+    if PIN:
+        # Pinned: how busy each side kept its own CPUs, server + generator.
+        def side(label: str, key: str, role: str) -> str:
+            return f"{med[label]['ops_per_sec'] * med[label][key] / 1e6 / cpus_in(PIN[role]) * 100:.0f}"
+        busy = [f"{side(label, 'cpu_us', 'server')}+{side(label, 'client_us', 'bench')}"
                 for label, _ in servers]
     else:
         busy = [f"{med[label]['ops_per_sec'] * total[label] / 1e6 / CPUS * 100:.0f}" for label, _ in servers]
@@ -368,9 +374,9 @@ def compare(args, out: list[str]) -> None:
             out.append("\n" + "\n".join(p50s))
             print("\n".join(p50s), flush=True)
         out.append(f"\n### {n} node{'s' if n > 1 else ''}: the same runs as a CPU budget\n")
-        if PIN["server"]:
+        if PIN:
             out.append(f"Pinned: busy is server + generator, each over its own CPUs "
-                       f"({PIN['server'][-1]} and {PIN['bench'][-1]}); a server near 100 % is the "
+                       f"({PIN['server']} and {PIN['bench']}); a server near 100 % is the "
                        "bound. The ceiling column still adds the two CPU costs.\n")
         else:
             out.append(f"Machine CPU busy: ops/s x (server + load generator CPU per op) / {CPUS} CPUs. "
@@ -481,7 +487,7 @@ def main() -> int:
         server_cpus, _, bench_cpus = args.pin.partition(":")
         if not server_cpus or not bench_cpus:
             raise SystemExit("--pin wants SERVER_CPUS:BENCH_CPUS, e.g. 0:1")
-        PIN["server"], PIN["bench"] = ["taskset", "-c", server_cpus], ["taskset", "-c", bench_cpus]
+        PIN.update(server=server_cpus, bench=bench_cpus)
     if args.auth and args.tls:
         raise SystemExit("--auth and --tls: one at a time")
     if args.tls:
@@ -495,12 +501,14 @@ def main() -> int:
     args.clients = [int(c) for c in args.clients.split(",")]
     args.topologies = [int(t) for t in args.topologies.split(",")]
     args.workloads = (args.workloads or ",".join(ALL_WORKLOADS)).split(",")
+    pin_note = (f"; servers pinned to CPUs {PIN['server']}, concord-bench to CPUs {PIN['bench']}"
+                if PIN else "")
     out = [f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}; "
            f"data on {args.root}; clients/connections {', '.join(f'{c}/{conns_for(c)}' for c in args.clients)}, "
            f"{args.duration} per run after 1 s warm-up; 256 B values"
            f"{'; TLS for clients and peers, client certificates required' if args.tls else ''}"
            f"{'; auth on, a user with READWRITE on the bench prefix, a token on every request' if args.auth else ''}"
-           f"{f'; servers pinned to CPUs {server_cpus}, concord-bench to CPUs {bench_cpus}' if args.pin else ''}"
+           f"{pin_note}"
            f"{'; servers kept running across all runs (state growing)' if args.keep_servers else ''}"
            f"{'; plain tonic client connections (END_STREAM in a frame of its own, no write coalescing)' if args.plain else ''}."]
     if not args.memory_only:
