@@ -11,4 +11,5 @@ cd "$here"
 go build -trimpath -o "$dest/etcd" .
 go build -trimpath -o "$dest/etcdctl" go.etcd.io/etcd/etcdctl/v3
 go build -trimpath -o "$dest/etcdutl" go.etcd.io/etcd/etcdutl/v3
-"$dest/etcd" --version | head -1
+# sed reads all of it: head would exit early, and pipefail would turn etcd's SIGPIPE into exit 141.
+"$dest/etcd" --version | sed -n 1p
