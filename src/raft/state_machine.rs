@@ -19,7 +19,7 @@ use super::TypeConfig;
 use crate::apply::{self, CommandResult};
 use crate::mvcc::{KvTxn, MvccStore};
 use crate::storage::{meta_key, Space, Storage, View};
-use crate::watch::WatchHub;
+use crate::watch::{Publisher, WatchHub};
 
 type Entry = openraft::Entry<TypeConfig>;
 type Membership = StoredMembership<u64, openraft::BasicNode>;
@@ -31,7 +31,8 @@ pub struct StateMachine {
     storage: Storage,
     mvcc: Arc<MvccStore>,
     auth: Arc<crate::auth::AuthStore>,
-    hub: Arc<WatchHub>,
+    /// Hands committed events to the watch hub, off the apply path.
+    publisher: Publisher,
     snapshots: Arc<SnapshotFiles>,
     applied: Option<LogId<u64>>,
     membership: Membership,
@@ -60,7 +61,8 @@ impl StateMachine {
     }
 
     /// Loads the applied state from `storage`, after finishing a snapshot install that a
-    /// stop interrupted (see [`super::snapshots`]).
+    /// stop interrupted (see [`super::snapshots`]), and starts the task that publishes its
+    /// events to `hub` (needs a Tokio runtime).
     ///
     /// # Errors
     /// On a read failure or corrupt metadata.
@@ -102,7 +104,7 @@ impl StateMachine {
             storage,
             mvcc,
             auth,
-            hub,
+            publisher: Publisher::spawn(hub),
             snapshots,
             applied,
             membership,
@@ -244,8 +246,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let started = std::time::Instant::now();
         let events = w.commit().map_err(sm_err)?;
         crate::metrics::BACKEND_COMMIT.observe(started.elapsed());
-        // After the commit, in apply order: watchers only ever see committed changes.
-        self.hub.publish(revision, &events);
+        // After the commit, in apply order: watchers only ever see committed changes. Queued,
+        // so that the writes' responses do not wait behind the deliveries.
+        self.publisher.publish(revision, events);
         Ok(results)
     }
 
@@ -293,7 +296,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.snapshots.receiving_ended();
         installed.map_err(snap_err)?.map_err(snap_err)?;
         self.auth.reload(&self.storage).map_err(snap_err)?;
-        self.hub.resync_all(self.mvcc.current_revision());
+        self.publisher.resync_all(self.mvcc.current_revision());
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         self.installed = Some((meta.clone(), self.storage.view().seqno()));

@@ -106,13 +106,16 @@ async fn receive(
         let Ok(Some(req)) = req else { break };
         let control = match req.request_union {
             Some(RequestUnion::CreateRequest(c)) => match may_watch(&node, &credentials, &c) {
-                Ok(()) => create(&hub, stream, c, &mut watches, &mut next_auto, &tx),
-                Err(_) => Some(refused(hub.published())),
+                Ok(()) => {
+                    let revision = node.mvcc().current_revision();
+                    create(&hub, revision, stream, c, &mut watches, &mut next_auto, &tx)
+                }
+                Err(_) => Some(refused(node.mvcc().current_revision())),
             },
             Some(RequestUnion::CancelRequest(c)) => match watches.remove(&c.watch_id) {
                 Some(id) if hub.cancel(id) => Some(WatchResponse {
                     header: Some(ResponseHeader {
-                        revision: hub.published(),
+                        revision: node.mvcc().current_revision(),
                         ..Default::default()
                     }),
                     watch_id: c.watch_id,
@@ -168,10 +171,10 @@ const PERMISSION_DENIED: &str =
 
 /// A create refused for its credentials. etcd 3.5.1 gives one reason whatever the cause (no
 /// user, a bad token, an old revision, no permission): permission denied.
-fn refused(published: i64) -> WatchResponse {
+fn refused(revision: i64) -> WatchResponse {
     WatchResponse {
         header: Some(ResponseHeader {
-            revision: published,
+            revision,
             ..Default::default()
         }),
         watch_id: -1,
@@ -183,18 +186,20 @@ fn refused(published: i64) -> WatchResponse {
 }
 
 /// Registers a watch; returns the `created` response (sent before any of its events, since
-/// the watch starts after the revision in its header).
+/// the watch starts after the revision in its header). `revision` is the store's, as etcd's
+/// header: it counts every write already answered, which the hub may not have published yet
+/// (the watch then skips those events, as it would have on etcd).
 fn create(
     hub: &Arc<WatchHub>,
+    revision: i64,
     stream: u64,
     c: WatchCreateRequest,
     watches: &mut HashMap<i64, u64>,
     next_auto: &mut i64,
     tx: &mpsc::Sender<StreamMsg>,
 ) -> Option<WatchResponse> {
-    let published = hub.published();
     let header = Some(ResponseHeader {
-        revision: published,
+        revision,
         ..Default::default()
     });
     let refuse = |reason: &str| {
@@ -238,7 +243,7 @@ fn create(
     let start = if c.start_revision > 0 {
         c.start_revision
     } else {
-        published + 1
+        revision + 1
     };
     // Queue `created` first, then register: every event of the watch comes after it.
     let created = WatchResponse {
@@ -249,10 +254,7 @@ fn create(
     };
     if tx.try_send(StreamMsg::Control(created)).is_err() {
         return Some(WatchResponse {
-            header: Some(ResponseHeader {
-                revision: published,
-                ..Default::default()
-            }),
+            header,
             watch_id,
             created: true,
             canceled: true,

@@ -186,6 +186,12 @@ impl WatchHub {
         self.lock().published
     }
 
+    /// Whether no watcher is registered (a publish would only move the revision).
+    pub fn is_idle(&self) -> bool {
+        let s = self.lock();
+        s.synced.is_empty() && s.unsynced.is_empty()
+    }
+
     /// Registers a new stream and returns its id.
     pub fn new_stream(&self) -> u64 {
         let mut s = self.lock();

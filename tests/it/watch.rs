@@ -312,6 +312,65 @@ async fn thousands_of_watchers_each_get_every_event_in_order() -> TestResult {
     Ok(())
 }
 
+/// Events reach watchers off the apply path, after the writes' responses; a watch created
+/// after a put was answered still starts after that put, as on etcd (its header has the put's
+/// revision or a later one, and its first event is a later write), however far behind the
+/// deliveries to other watchers are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_created_after_a_put_never_sees_that_put() -> TestResult {
+    let c = Cluster::start(1)?;
+    c.wait_leader(Duration::from_secs(20)).await?;
+    // 1,000 watchers of the key keep the deliveries busy.
+    let mut busy = Vec::new();
+    for _ in 0..10 {
+        let mut w = Conn::open(&c, 0).await?;
+        for _ in 0..100 {
+            w.create(watch_key("k")).await?;
+        }
+        busy.push(w);
+    }
+    let mut late = Conn::open(&c, 0).await?;
+    let rounds = 200;
+    for i in 0..rounds {
+        let answered = put(&c, 0, "k", format!("a{i}")).await?;
+        late.send(RequestUnion::CreateRequest(watch_key("k")))
+            .await?;
+        let created = late.next().await?.ok_or("stream ended")?;
+        assert!(created.created, "expected created, got {created:?}");
+        let header = created.header.map_or(0, |h| h.revision);
+        assert!(
+            header >= answered,
+            "created at {header}, after a put answered at {answered}"
+        );
+        let next = put(&c, 0, "k", format!("b{i}")).await?;
+        let events = late.events_until(next).await?;
+        let revs: Vec<i64> = events.iter().map(rev).collect();
+        assert_eq!(revs, vec![next], "watch {} of round {i}", created.watch_id);
+        late.send(RequestUnion::CancelRequest(WatchCancelRequest {
+            watch_id: created.watch_id,
+        }))
+        .await?;
+        let canceled = late.next().await?.ok_or("stream ended")?;
+        assert!(canceled.canceled, "expected canceled, got {canceled:?}");
+    }
+    // Every busy watcher got every event, in order.
+    let events = 2 * rounds;
+    for w in &mut busy {
+        let mut got: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+        while got.values().map(Vec::len).sum::<usize>() < 100 * events {
+            let resp = w.next().await?.ok_or("stream ended")?;
+            got.entry(resp.watch_id)
+                .or_default()
+                .extend(resp.events.iter().map(rev));
+        }
+        for (id, revs) in got {
+            assert_eq!(revs.len(), events, "watcher {id}");
+            assert!(revs.windows(2).all(|p| p[0] < p[1]), "watcher {id} order");
+        }
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_watcher_never_blocks_writes_and_catches_up() -> TestResult {
     let c = Cluster::start(1)?;
