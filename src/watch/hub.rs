@@ -96,6 +96,9 @@ pub(super) struct HubState {
     pub(super) unsynced: HashMap<u64, Watcher>,
     /// Streams waiting for a progress answer until all their watchers are synced.
     pub(super) pending_progress: HashMap<u64, StreamTx>,
+    /// Batches handed to the publishing task and not yet published: progress is answered
+    /// only when none is, so that its revision counts every write already answered.
+    queued: usize,
     next_id: u64,
     next_stream: u64,
 }
@@ -136,9 +139,10 @@ impl HubState {
         !self.unsynced.values().any(|w| w.stream == stream)
     }
 
-    /// Answers `stream`'s deferred progress request if its watchers are all synced now.
+    /// Answers `stream`'s deferred progress request if its watchers are all synced now and
+    /// no batch waits to be published.
     pub(super) fn answer_pending_progress(&mut self, stream: u64) {
-        if self.stream_synced(stream) {
+        if self.queued == 0 && self.stream_synced(stream) {
             if let Some(tx) = self.pending_progress.remove(&stream) {
                 let _ = tx.try_send(StreamMsg::Progress {
                     watch_id: -1,
@@ -186,10 +190,46 @@ impl WatchHub {
         self.lock().published
     }
 
-    /// Whether no watcher is registered (a publish would only move the revision).
-    pub fn is_idle(&self) -> bool {
-        let s = self.lock();
-        s.synced.is_empty() && s.unsynced.is_empty()
+    /// Publishes a committed batch at once if no watcher is registered and nothing is queued
+    /// (there is nobody to wake: only the revision moves) and returns true; else counts it as
+    /// queued for the publishing task, which must then [`WatchHub::publish_queued`] it.
+    pub(super) fn publish_if_idle(&self, revision: i64) -> bool {
+        let mut s = self.lock();
+        if s.queued == 0 && s.synced.is_empty() && s.unsynced.is_empty() {
+            s.published = s.published.max(revision);
+            return true;
+        }
+        s.queued += 1;
+        false
+    }
+
+    /// Publishes a batch counted as queued by [`WatchHub::publish_if_idle`]; once none is
+    /// left, answers the progress requests that waited for it.
+    pub(super) fn publish_queued(&self, revision: i64, events: &[Event]) {
+        self.publish(revision, events);
+        self.unqueue();
+    }
+
+    /// A queued resync (see [`WatchHub::resync_all`]).
+    pub(super) fn resync_queued(&self, revision: i64) {
+        self.resync_all(revision);
+        self.unqueue();
+    }
+
+    fn unqueue(&self) {
+        let mut s = self.lock();
+        s.queued = s.queued.saturating_sub(1);
+        if s.queued == 0 {
+            let waiting: Vec<u64> = s.pending_progress.keys().copied().collect();
+            for stream in waiting {
+                s.answer_pending_progress(stream);
+            }
+        }
+    }
+
+    /// Counts a batch queued for the publishing task without the idle check (a resync).
+    pub(super) fn queue(&self) {
+        self.lock().queued += 1;
     }
 
     /// Registers a new stream and returns its id.

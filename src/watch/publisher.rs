@@ -2,12 +2,12 @@
 //!
 //! The state machine queues each committed batch here and returns at once, so a write's
 //! response is not queued behind its watchers' deliveries (one put watched by 100 streams
-//! wakes 100 tasks); a task of its own publishes the batches to the [`WatchHub`] in order.
-//! Watchers still see exactly the committed events, in revision order: the hub's published
-//! revision only lags the store's until the task has run. With no watcher and nothing queued,
-//! a batch is published on the spot (nothing to wake, no task hop).
+//! wakes 100 tasks); a task of its own publishes the batches to the [`WatchHub`] in order,
+//! after yielding once so that the tasks woken before it (the responses) run first. Watchers
+//! still see exactly the committed events, in revision order: the hub's published revision
+//! only lags the store's until the task has run, and progress requests wait for it. With no
+//! watcher and nothing queued, a batch is published on the spot (no task hop).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -23,65 +23,59 @@ enum Batch {
     Resync(i64),
 }
 
+impl Batch {
+    /// Publishes a batch the hub counted as queued.
+    fn publish(self, hub: &WatchHub) {
+        match self {
+            Batch::Events { revision, events } => hub.publish_queued(revision, &events),
+            Batch::Resync(revision) => hub.resync_queued(revision),
+        }
+    }
+}
+
 /// The apply path's handle on the publishing task.
 pub struct Publisher {
     hub: Arc<WatchHub>,
     tx: mpsc::UnboundedSender<Batch>,
-    /// Batches sent and not yet published.
-    queued: Arc<AtomicUsize>,
 }
 
 impl Publisher {
     /// Starts the task that publishes queued batches to `hub`. Needs a Tokio runtime.
     pub fn spawn(hub: Arc<WatchHub>) -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel::<Batch>();
-        let queued = Arc::new(AtomicUsize::new(0));
-        let (task_hub, task_queued) = (hub.clone(), queued.clone());
+        let task_hub = hub.clone();
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
                 // Let the tasks already woken (the writes' responses) run first.
                 tokio::task::yield_now().await;
-                let mut next = Some(first);
-                while let Some(batch) = next {
-                    match batch {
-                        Batch::Events { revision, events } => task_hub.publish(revision, &events),
-                        Batch::Resync(revision) => task_hub.resync_all(revision),
-                    }
-                    task_queued.fetch_sub(1, Ordering::AcqRel);
-                    next = rx.try_recv().ok();
+                first.publish(&task_hub);
+                while let Ok(next) = rx.try_recv() {
+                    next.publish(&task_hub);
                 }
             }
         });
-        Publisher { hub, tx, queued }
+        Publisher { hub, tx }
     }
 
-    /// Publishes a committed batch, on the spot when no watcher waits and nothing is queued,
-    /// else through the task (after every batch queued before it).
+    /// Publishes a committed batch: on the spot when no watcher waits and nothing is queued,
+    /// else through the task, after every batch queued before it.
     pub fn publish(&self, revision: i64, events: Vec<Event>) {
-        // Only the apply path queues, so nothing can be queued between the check and the
-        // publish; a watcher added meanwhile is handled by the hub's lock as ever.
-        if self.queued.load(Ordering::Acquire) == 0 && self.hub.is_idle() {
-            self.hub.publish(revision, &events);
-            return;
+        if !self.hub.publish_if_idle(revision) {
+            self.send(Batch::Events { revision, events });
         }
-        self.send(Batch::Events { revision, events });
     }
 
     /// After a snapshot replaced the store: every watcher catches up from history, after the
     /// batches queued before.
     pub fn resync_all(&self, revision: i64) {
+        self.hub.queue();
         self.send(Batch::Resync(revision));
     }
 
     fn send(&self, batch: Batch) {
-        self.queued.fetch_add(1, Ordering::AcqRel);
         if let Err(mpsc::error::SendError(batch)) = self.tx.send(batch) {
             // The task is gone only when the runtime shuts down: publish here rather than lose it.
-            self.queued.fetch_sub(1, Ordering::AcqRel);
-            match batch {
-                Batch::Events { revision, events } => self.hub.publish(revision, &events),
-                Batch::Resync(revision) => self.hub.resync_all(revision),
-            }
+            batch.publish(&self.hub);
         }
     }
 }

@@ -314,10 +314,11 @@ async fn thousands_of_watchers_each_get_every_event_in_order() -> TestResult {
 
 /// Events reach watchers off the apply path, after the writes' responses; a watch created
 /// after a put was answered still starts after that put, as on etcd (its header has the put's
-/// revision or a later one, and its first event is a later write), however far behind the
-/// deliveries to other watchers are.
+/// revision or a later one, and its first event is a later write), and a progress request
+/// made after a put was answered is answered at that put's revision or later, however far
+/// behind the deliveries to other watchers are.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_watch_created_after_a_put_never_sees_that_put() -> TestResult {
+async fn watches_and_progress_after_a_put_count_that_put() -> TestResult {
     let c = Cluster::start(1)?;
     c.wait_leader(Duration::from_secs(20)).await?;
     // 1,000 watchers of the key keep the deliveries busy.
@@ -342,9 +343,24 @@ async fn a_watch_created_after_a_put_never_sees_that_put() -> TestResult {
             header >= answered,
             "created at {header}, after a put answered at {answered}"
         );
+        // A progress request sent after a put was answered: its revision counts that put, and
+        // it comes after the put's event.
         let next = put(&c, 0, "k", format!("b{i}")).await?;
-        let events = late.events_until(next).await?;
-        let revs: Vec<i64> = events.iter().map(rev).collect();
+        late.send(RequestUnion::ProgressRequest(WatchProgressRequest {}))
+            .await?;
+        let mut revs = Vec::new();
+        loop {
+            let resp = late.next().await?.ok_or("stream ended")?;
+            if !resp.created && !resp.canceled && resp.events.is_empty() {
+                let at = resp.header.map_or(0, |h| h.revision);
+                assert!(
+                    at >= next,
+                    "progress at {at}, after a put answered at {next}"
+                );
+                break;
+            }
+            revs.extend(resp.events.iter().map(rev));
+        }
         assert_eq!(revs, vec![next], "watch {} of round {i}", created.watch_id);
         late.send(RequestUnion::CancelRequest(WatchCancelRequest {
             watch_id: created.watch_id,
