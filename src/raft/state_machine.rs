@@ -18,6 +18,7 @@ use super::snapshots::SnapshotFiles;
 use super::TypeConfig;
 use crate::apply::{self, CommandResult};
 use crate::mvcc::{KvTxn, MvccStore};
+use crate::pb::mvccpb::Event;
 use crate::storage::{meta_key, Space, Storage, View};
 use crate::watch::{Publisher, WatchHub};
 
@@ -174,23 +175,13 @@ impl StateMachine {
             ),
         }
     }
-}
 
-impl RaftStateMachine<TypeConfig> for StateMachine {
-    type SnapshotBuilder = SnapshotBuilder;
-
-    async fn applied_state(
+    /// Applies `entries` in one state transaction and commits it: each entry's result, the
+    /// revision after the batch and the events it made.
+    fn apply_entries(
         &mut self,
-    ) -> Result<(Option<LogId<u64>>, Membership), StorageError<u64>> {
-        Ok((self.applied, self.membership.clone()))
-    }
-
-    #[tracing::instrument(name = "apply", level = "debug", skip_all)]
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<CommandResult>, StorageError<u64>>
-    where
-        I: IntoIterator<Item = Entry> + OptionalSend,
-        I::IntoIter: OptionalSend,
-    {
+        entries: impl IntoIterator<Item = Entry>,
+    ) -> Result<(Vec<CommandResult>, i64, Vec<Event>), StorageError<u64>> {
         let mut w = self.mvcc.write().map_err(sm_err)?;
         let mut results = Vec::new();
         for entry in entries {
@@ -246,9 +237,29 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let started = std::time::Instant::now();
         let events = w.commit().map_err(sm_err)?;
         crate::metrics::BACKEND_COMMIT.observe(started.elapsed());
+        Ok((results, revision, events))
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<u64>>, Membership), StorageError<u64>> {
+        Ok((self.applied, self.membership.clone()))
+    }
+
+    #[tracing::instrument(name = "apply", level = "debug", skip_all)]
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<CommandResult>, StorageError<u64>>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let (results, revision, events) = self.apply_entries(entries)?;
         // After the commit, in apply order: watchers only ever see committed changes. Queued,
         // so that the writes' responses do not wait behind the deliveries.
-        self.publisher.publish(revision, events);
+        self.publisher.publish(revision, events).await;
         Ok(results)
     }
 
@@ -296,7 +307,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.snapshots.receiving_ended();
         installed.map_err(snap_err)?.map_err(snap_err)?;
         self.auth.reload(&self.storage).map_err(snap_err)?;
-        self.publisher.resync_all(self.mvcc.current_revision());
+        self.publisher
+            .resync_all(self.mvcc.current_revision())
+            .await;
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         self.installed = Some((meta.clone(), self.storage.view().seqno()));

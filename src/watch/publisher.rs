@@ -6,7 +6,9 @@
 //! after yielding once so that the tasks woken before it (the responses) run first. Watchers
 //! still see exactly the committed events, in revision order: the hub's published revision
 //! only lags the store's until the task has run, and progress requests wait for it. With no
-//! watcher and nothing queued, a batch is published on the spot (no task hop).
+//! watcher and nothing queued, a batch is published on the spot (no task hop). The queue is
+//! bounded: an apply path that outruns the publishing (thousands of watchers of every write)
+//! waits for it, as it did when it published itself, instead of growing the queue.
 
 use std::sync::Arc;
 
@@ -33,16 +35,19 @@ impl Batch {
     }
 }
 
+/// Batches queued at most; more wait for room.
+const QUEUE: usize = 256;
+
 /// The apply path's handle on the publishing task.
 pub struct Publisher {
     hub: Arc<WatchHub>,
-    tx: mpsc::UnboundedSender<Batch>,
+    tx: mpsc::Sender<Batch>,
 }
 
 impl Publisher {
     /// Starts the task that publishes queued batches to `hub`. Needs a Tokio runtime.
     pub fn spawn(hub: Arc<WatchHub>) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Batch>();
+        let (tx, mut rx) = mpsc::channel::<Batch>(QUEUE);
         let task_hub = hub.clone();
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
@@ -58,24 +63,75 @@ impl Publisher {
     }
 
     /// Publishes a committed batch: on the spot when no watcher waits and nothing is queued,
-    /// else through the task, after every batch queued before it.
-    pub fn publish(&self, revision: i64, events: Vec<Event>) {
+    /// else through the task, after every batch queued before it (waiting while the queue is
+    /// full). The wait comes first, so a batch counts as queued only once it is.
+    pub async fn publish(&self, revision: i64, events: Vec<Event>) {
+        let Ok(room) = self.tx.reserve().await else {
+            // The task is gone only when the runtime shuts down: publish here rather than lose it.
+            self.hub.publish(revision, &events);
+            return;
+        };
         if !self.hub.publish_if_idle(revision) {
-            self.send(Batch::Events { revision, events });
+            room.send(Batch::Events { revision, events });
         }
     }
 
     /// After a snapshot replaced the store: every watcher catches up from history, after the
     /// batches queued before.
-    pub fn resync_all(&self, revision: i64) {
-        self.hub.queue();
-        self.send(Batch::Resync(revision));
-    }
-
-    fn send(&self, batch: Batch) {
-        if let Err(mpsc::error::SendError(batch)) = self.tx.send(batch) {
-            // The task is gone only when the runtime shuts down: publish here rather than lose it.
-            batch.publish(&self.hub);
+    pub async fn resync_all(&self, revision: i64) {
+        match self.tx.reserve().await {
+            Ok(room) => {
+                self.hub.queue();
+                room.send(Batch::Resync(revision));
+            }
+            Err(_) => self.hub.resync_all(revision),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+    use tokio::task::unconstrained;
+
+    use super::*;
+    use crate::mvcc::KeyRange;
+    use crate::watch::WatchSpec;
+
+    /// On a current-thread runtime the publishing task runs only when the test waits, so the
+    /// queue's bound shows (outside Tokio's per-task budget, which would also make a send wait): `QUEUE` batches go in at once, the next one waits for room, and
+    /// all of them are published in order.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_full_queue_makes_the_apply_path_wait() {
+        let hub = WatchHub::new(0);
+        let (tx, mut rx) = mpsc::channel(4 * QUEUE);
+        let spec = WatchSpec {
+            watch_id: 1,
+            range: KeyRange::new(b"a", b"b"),
+            no_put: false,
+            no_delete: false,
+            prev_kv: false,
+            fragment: false,
+            progress_notify: false,
+        };
+        hub.watch(hub.new_stream(), spec, 1, tx);
+        let publisher = Publisher::spawn(hub.clone());
+        let queue = i64::try_from(QUEUE).unwrap_or(i64::MAX);
+        for revision in 1..=queue {
+            assert!(
+                unconstrained(publisher.publish(revision, Vec::new()))
+                    .now_or_never()
+                    .is_some(),
+                "batch {revision} had room"
+            );
+        }
+        assert_eq!(hub.published(), 0, "nothing published before the task ran");
+        let mut full = Box::pin(unconstrained(publisher.publish(queue + 1, Vec::new())));
+        assert!((&mut full).now_or_never().is_none(), "a full queue waits");
+        full.await;
+        while hub.published() < queue + 1 {
+            tokio::task::yield_now().await;
+        }
+        assert!(rx.try_recv().is_err(), "empty batches send no events");
     }
 }
