@@ -134,6 +134,79 @@ impl HubState {
         Some(w)
     }
 
+    /// See [`WatchHub::publish`]; returns whether a watcher now waits for the sync task.
+    fn publish(&mut self, revision: i64, events: &[Event]) -> bool {
+        let mut slow = Vec::new();
+        for group in events.chunk_by(|a, b| mod_rev(a) == mod_rev(b)) {
+            let rev = group.first().map_or(revision, mod_rev);
+            let mut targets: BTreeSet<u64> = BTreeSet::new();
+            for e in group {
+                if let Some(ids) = e.kv.as_ref().and_then(|kv| self.by_key.get(&kv.key)) {
+                    targets.extend(ids);
+                }
+            }
+            targets.extend(&self.ranged);
+            for id in &targets {
+                let Some(w) = self.synced.get_mut(id) else {
+                    continue;
+                };
+                if rev < w.next_rev {
+                    continue;
+                }
+                let mine: Vec<Event> = group.iter().filter(|e| w.spec.wants(e)).cloned().collect();
+                if mine.is_empty() {
+                    w.next_rev = rev + 1;
+                    continue;
+                }
+                let msg = StreamMsg::Events {
+                    spec: w.spec.clone(),
+                    revision: rev,
+                    events: mine,
+                };
+                match w.tx.try_send(msg) {
+                    Ok(()) => w.next_rev = rev + 1,
+                    Err(mpsc::error::TrySendError::Full(_)) => slow.push(*id),
+                    Err(mpsc::error::TrySendError::Closed(_)) => slow.push(*id),
+                }
+            }
+            // A watcher that fell behind stops receiving live events from here on.
+            for id in slow.drain(..) {
+                if let Some(w) = self.remove_synced(id) {
+                    self.unsynced.insert(id, w);
+                }
+            }
+        }
+        // Watchers that got nothing are still up to date through `revision`.
+        for w in self.synced.values_mut() {
+            w.next_rev = w.next_rev.max(revision + 1);
+        }
+        self.published = self.published.max(revision);
+        !self.unsynced.is_empty()
+    }
+
+    /// See [`WatchHub::resync_all`].
+    fn resync_all(&mut self, revision: i64) {
+        let ids: Vec<u64> = self.synced.keys().copied().collect();
+        for id in ids {
+            if let Some(w) = self.remove_synced(id) {
+                self.unsynced.insert(id, w);
+            }
+        }
+        self.published = revision;
+    }
+
+    /// One queued batch published; once none is left, answers the progress requests that
+    /// waited for it.
+    fn unqueue(&mut self) {
+        self.queued = self.queued.saturating_sub(1);
+        if self.queued == 0 {
+            let waiting: Vec<u64> = self.pending_progress.keys().copied().collect();
+            for stream in waiting {
+                self.answer_pending_progress(stream);
+            }
+        }
+    }
+
     /// Whether every watcher of `stream` is synced.
     pub(super) fn stream_synced(&self, stream: u64) -> bool {
         !self.unsynced.values().any(|w| w.stream == stream)
@@ -191,45 +264,45 @@ impl WatchHub {
     }
 
     /// Publishes a committed batch at once if no watcher is registered and nothing is queued
-    /// (there is nobody to wake: only the revision moves) and returns true; else counts it as
-    /// queued for the publishing task, which must then [`WatchHub::publish_queued`] it.
+    /// (there is nobody to wake: only the revision moves); returns false, publishing nothing,
+    /// otherwise.
     pub(super) fn publish_if_idle(&self, revision: i64) -> bool {
         let mut s = self.lock();
-        if s.queued == 0 && s.synced.is_empty() && s.unsynced.is_empty() {
+        let idle = s.queued == 0 && s.synced.is_empty() && s.unsynced.is_empty();
+        if idle {
             s.published = s.published.max(revision);
-            return true;
         }
-        s.queued += 1;
-        false
+        idle
     }
 
-    /// Publishes a batch counted as queued by [`WatchHub::publish_if_idle`]; once none is
-    /// left, answers the progress requests that waited for it.
-    pub(super) fn publish_queued(&self, revision: i64, events: &[Event]) {
-        self.publish(revision, events);
-        self.unqueue();
-    }
-
-    /// A queued resync (see [`WatchHub::resync_all`]).
-    pub(super) fn resync_queued(&self, revision: i64) {
-        self.resync_all(revision);
-        self.unqueue();
-    }
-
-    fn unqueue(&self) {
-        let mut s = self.lock();
-        s.queued = s.queued.saturating_sub(1);
-        if s.queued == 0 {
-            let waiting: Vec<u64> = s.pending_progress.keys().copied().collect();
-            for stream in waiting {
-                s.answer_pending_progress(stream);
-            }
-        }
-    }
-
-    /// Counts a batch queued for the publishing task without the idle check (a resync).
+    /// Counts one more batch queued for the publishing task, which then publishes it with
+    /// [`WatchHub::publish_queued`] or [`WatchHub::resync_queued`].
     pub(super) fn queue(&self) {
         self.lock().queued += 1;
+    }
+
+    /// [`WatchHub::publish`] for a queued batch; once none is left, answers the progress
+    /// requests that waited for it.
+    pub(super) fn publish_queued(&self, revision: i64, events: &[Event]) {
+        let wake = {
+            let mut s = self.lock();
+            let wake = s.publish(revision, events);
+            s.unqueue();
+            wake
+        };
+        if wake {
+            self.wake.notify_one();
+        }
+    }
+
+    /// [`WatchHub::resync_all`] for a queued resync.
+    pub(super) fn resync_queued(&self, revision: i64) {
+        {
+            let mut s = self.lock();
+            s.resync_all(revision);
+            s.unqueue();
+        }
+        self.wake.notify_one();
     }
 
     /// Registers a new stream and returns its id.
@@ -242,54 +315,7 @@ impl WatchHub {
     /// Publishes a committed batch: `events` in revision order, `revision` the batch's last.
     /// Never blocks: a watcher whose stream is full is moved aside to catch up later.
     pub fn publish(&self, revision: i64, events: &[Event]) {
-        let mut s = self.lock();
-        let mut slow = Vec::new();
-        for group in events.chunk_by(|a, b| mod_rev(a) == mod_rev(b)) {
-            let rev = group.first().map_or(revision, mod_rev);
-            let mut targets: BTreeSet<u64> = BTreeSet::new();
-            for e in group {
-                if let Some(ids) = e.kv.as_ref().and_then(|kv| s.by_key.get(&kv.key)) {
-                    targets.extend(ids);
-                }
-            }
-            targets.extend(&s.ranged);
-            for id in &targets {
-                let Some(w) = s.synced.get_mut(id) else {
-                    continue;
-                };
-                if rev < w.next_rev {
-                    continue;
-                }
-                let mine: Vec<Event> = group.iter().filter(|e| w.spec.wants(e)).cloned().collect();
-                if mine.is_empty() {
-                    w.next_rev = rev + 1;
-                    continue;
-                }
-                let msg = StreamMsg::Events {
-                    spec: w.spec.clone(),
-                    revision: rev,
-                    events: mine,
-                };
-                match w.tx.try_send(msg) {
-                    Ok(()) => w.next_rev = rev + 1,
-                    Err(mpsc::error::TrySendError::Full(_)) => slow.push(*id),
-                    Err(mpsc::error::TrySendError::Closed(_)) => slow.push(*id),
-                }
-            }
-            // A watcher that fell behind stops receiving live events from here on.
-            for id in slow.drain(..) {
-                if let Some(w) = s.remove_synced(id) {
-                    s.unsynced.insert(id, w);
-                }
-            }
-        }
-        // Watchers that got nothing are still up to date through `revision`.
-        for w in s.synced.values_mut() {
-            w.next_rev = w.next_rev.max(revision + 1);
-        }
-        s.published = s.published.max(revision);
-        let wake = !s.unsynced.is_empty();
-        drop(s);
+        let wake = self.lock().publish(revision, events);
         if wake {
             self.wake.notify_one();
         }
@@ -297,15 +323,7 @@ impl WatchHub {
 
     /// After a snapshot replaced the store: every watcher catches up from history.
     pub fn resync_all(&self, revision: i64) {
-        let mut s = self.lock();
-        let ids: Vec<u64> = s.synced.keys().copied().collect();
-        for id in ids {
-            if let Some(w) = s.remove_synced(id) {
-                s.unsynced.insert(id, w);
-            }
-        }
-        s.published = revision;
-        drop(s);
+        self.lock().resync_all(revision);
         self.wake.notify_one();
     }
 

@@ -64,27 +64,28 @@ impl Publisher {
 
     /// Publishes a committed batch: on the spot when no watcher waits and nothing is queued,
     /// else through the task, after every batch queued before it (waiting while the queue is
-    /// full). The wait comes first, so a batch counts as queued only once it is.
+    /// full).
     pub async fn publish(&self, revision: i64, events: Vec<Event>) {
-        let Ok(room) = self.tx.reserve().await else {
-            // The task is gone only when the runtime shuts down: publish here rather than lose it.
-            self.hub.publish(revision, &events);
-            return;
-        };
         if !self.hub.publish_if_idle(revision) {
-            room.send(Batch::Events { revision, events });
+            self.send(Batch::Events { revision, events }).await;
         }
     }
 
     /// After a snapshot replaced the store: every watcher catches up from history, after the
     /// batches queued before.
     pub async fn resync_all(&self, revision: i64) {
-        match self.tx.reserve().await {
-            Ok(room) => {
-                self.hub.queue();
-                room.send(Batch::Resync(revision));
-            }
-            Err(_) => self.hub.resync_all(revision),
+        self.send(Batch::Resync(revision)).await;
+    }
+
+    /// Queues `batch` once there is room; it counts as queued only then, so an apply whose
+    /// wait is cancelled leaves no count behind.
+    async fn send(&self, batch: Batch) {
+        let room = self.tx.reserve().await;
+        self.hub.queue();
+        match room {
+            Ok(room) => room.send(batch),
+            // The task is gone only when the runtime shuts down: publish here rather than lose it.
+            Err(_) => batch.publish(&self.hub),
         }
     }
 }
@@ -99,8 +100,9 @@ mod tests {
     use crate::watch::WatchSpec;
 
     /// On a current-thread runtime the publishing task runs only when the test waits, so the
-    /// queue's bound shows (outside Tokio's per-task budget, which would also make a send wait): `QUEUE` batches go in at once, the next one waits for room, and
-    /// all of them are published in order.
+    /// queue's bound shows (outside Tokio's per-task budget, which would also make a send
+    /// wait): `QUEUE` batches go in at once, the next one waits for room, and all of them are
+    /// published.
     #[tokio::test(flavor = "current_thread")]
     async fn a_full_queue_makes_the_apply_path_wait() {
         let hub = WatchHub::new(0);
