@@ -123,6 +123,10 @@ fn write_len(out: &mut impl Write, len: usize) -> io::Result<()> {
 pub struct Reader<R: Read> {
     input: BufReader<R>,
     done: bool,
+    /// Where the records begin: the header's length.
+    records_start: u64,
+    /// The offset in the input of the next byte to read.
+    position: u64,
 }
 
 impl Reader<File> {
@@ -132,6 +136,52 @@ impl Reader<File> {
     /// On an I/O failure, or when the file is not a snapshot of this format.
     pub fn open(path: &Path) -> io::Result<(Meta, Self)> {
         Reader::new(File::open(path)?)
+    }
+
+    /// Gives the disk space of the file's records before `upto` (an offset [`Self::position`]
+    /// returned) back to the file system, as a hole: they read as zeros afterwards. The header
+    /// is kept. Returns whether the file system could (not every one punches holes). The file
+    /// must be open for writing.
+    ///
+    /// # Errors
+    /// On an I/O failure other than the file system's not punching holes.
+    pub fn release_before(&self, upto: u64) -> io::Result<bool> {
+        use rustix::fs::FallocateFlags;
+        const BLOCK: u64 = 4096;
+        let from = self.records_start.div_ceil(BLOCK) * BLOCK;
+        let to = upto.min(self.position) / BLOCK * BLOCK;
+        if to <= from {
+            return Ok(true);
+        }
+        match rustix::fs::fallocate(
+            self.input.get_ref(),
+            FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+            from,
+            to - from,
+        ) {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::OPNOTSUPP) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl<R: Read + io::Seek> Reader<R> {
+    /// Skips to `offset`, where a record begins (an offset [`Self::position`] returned for the
+    /// same file).
+    ///
+    /// # Errors
+    /// On an I/O failure, or an offset inside the header.
+    pub fn skip_to(&mut self, offset: u64) -> io::Result<()> {
+        if offset < self.records_start {
+            return Err(bad(
+                "corrupt install progress: an offset inside the snapshot's header",
+            ));
+        }
+        io::Seek::seek(&mut self.input, io::SeekFrom::Start(offset))?;
+        self.position = offset;
+        self.done = false;
+        Ok(())
     }
 }
 
@@ -151,7 +201,22 @@ impl<R: Read> Reader<R> {
         }
         let meta_bytes = read_bytes(&mut input)?;
         let meta: Meta = bincode::deserialize(&meta_bytes).map_err(bad)?;
-        Ok((meta, Reader { input, done: false }))
+        let records_start = (MAGIC.len() + 4 + meta_bytes.len()) as u64;
+        Ok((
+            meta,
+            Reader {
+                input,
+                done: false,
+                records_start,
+                position: records_start,
+            },
+        ))
+    }
+
+    /// The offset in the input of the next record (or of the end byte): where a reader of the
+    /// same file [`Reader::skip_to`]s to read on from here.
+    pub fn position(&self) -> u64 {
+        self.position
     }
 
     /// The next record, or `None` after the last.
@@ -166,6 +231,7 @@ impl<R: Read> Reader<R> {
         self.input.read_exact(&mut tag)?;
         if tag[0] == 0 {
             self.done = true;
+            self.position += 1;
             return Ok(None);
         }
         let space = *SPACES
@@ -176,6 +242,7 @@ impl<R: Read> Reader<R> {
         if space == Space::Meta && !carried_meta(&key) {
             return Err(bad("corrupt snapshot: an unexpected meta key"));
         }
+        self.position += (9 + key.len() + value.len()) as u64;
         Ok(Some(Record { space, key, value }))
     }
 }

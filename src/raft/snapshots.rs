@@ -16,6 +16,14 @@
 //! applied index and membership and removes the marker, and the file goes. A member that finds
 //! the marker at start (it crashed mid-install) installs that snapshot again before it serves:
 //! what it serves is the old state or the new, never a mix.
+//!
+//! So that a newcomer needs the state's size of disk once, not twice (the file and the state
+//! it fills), every 64 MiB of the file installed is made durable in the state, the offset
+//! reached is recorded (`install_progress`), and the file's part before it is given back to
+//! the file system as a hole. A restart mid-install reads on from the recorded offset, without
+//! clearing again. Once the first part is given back the file is `snapshot.recv.partly-
+//! installed`: an earlier build, which would read the hole as the records' end, does not find
+//! it and refuses to start ("its file is gone") instead of serving half a state.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -38,7 +46,16 @@ pub struct SnapshotFiles {
     /// Set from a transfer's first piece until its install is marked on disk: the log store
     /// purges no entries the state on disk does not cover meanwhile.
     receiving: Arc<AtomicBool>,
+    /// Bytes of the received file installed between two records of the install's progress.
+    install_step: u64,
+    /// Tests: an install fails after this many recorded steps, as if the member stopped.
+    #[cfg(test)]
+    stop_after_steps: Option<u32>,
 }
+
+/// Bytes of a received snapshot installed between two records of the install's progress (see
+/// the module comment): the received file's disk space lags the install by about this much.
+const INSTALL_STEP: u64 = 64 << 20;
 
 impl SnapshotFiles {
     /// The snapshot files of `data_dir`.
@@ -47,7 +64,19 @@ impl SnapshotFiles {
             dir: data_dir.to_path_buf(),
             seq: AtomicU64::new(0),
             receiving: Arc::default(),
+            install_step: INSTALL_STEP,
+            #[cfg(test)]
+            stop_after_steps: None,
         }
+    }
+
+    /// Tests: records the install's progress every `bytes`, and fails it after `stop_after`
+    /// steps when given.
+    #[cfg(test)]
+    fn with_install_step(mut self, bytes: u64, stop_after: Option<u32>) -> Self {
+        self.install_step = bytes;
+        self.stop_after_steps = stop_after;
+        self
     }
 
     /// Removes the files of this data dir whose names start with `prefix`.
@@ -80,6 +109,12 @@ impl SnapshotFiles {
     /// `snapshot.recv`: the received snapshot being installed.
     pub fn receiving_path(&self) -> PathBuf {
         self.dir.join("snapshot.recv")
+    }
+
+    /// `snapshot.recv.partly-installed`: the received snapshot being installed, once its first
+    /// part is installed and given back to the disk.
+    fn partly_installed_path(&self) -> PathBuf {
+        self.dir.join("snapshot.recv.partly-installed")
     }
 
     /// A transfer begins: the path of a new file for it, `snapshot.recv-<n>`. Each transfer
@@ -198,6 +233,7 @@ impl SnapshotFiles {
         let marker = bincode::serialize(meta).map_err(io::Error::other)?;
         let mut batch = storage.batch();
         batch.insert(Space::Meta, meta_key::INSTALLING, &marker);
+        batch.remove(Space::Meta, meta_key::INSTALL_PROGRESS);
         batch.commit()?;
         storage.persist_state()?;
         // openraft purges the log up to the snapshot: the values the state journal left to it
@@ -205,7 +241,7 @@ impl SnapshotFiles {
         storage.flush_logged()?;
         // From here a restart finishes the install: the log may be purged up to it.
         self.receiving_ended();
-        self.refill(storage, &received, meta)
+        self.refill(storage, &received, meta, None)
     }
 
     /// At start: the install a crash interrupted, if any (its marker).
@@ -224,10 +260,21 @@ impl SnapshotFiles {
     /// # Errors
     /// On an I/O or storage failure, or when neither snapshot file is the one being installed.
     pub fn finish_install(&self, storage: &Storage, meta: &Meta) -> io::Result<()> {
-        tracing::warn!(snapshot = %meta.snapshot_id, "finishing a snapshot install a stop interrupted");
-        for path in [self.receiving_path(), self.dir.join(LEGACY_SNAPSHOT)] {
+        let resume = match storage.get(Space::Meta, meta_key::INSTALL_PROGRESS)? {
+            Some(b) => Some(u64::from_be_bytes(
+                <[u8; 8]>::try_from(b.as_slice())
+                    .map_err(|_| io::Error::other("corrupt install progress: not 8 bytes"))?,
+            )),
+            None => None,
+        };
+        tracing::warn!(snapshot = %meta.snapshot_id, resume_at = ?resume, "finishing a snapshot install a stop interrupted");
+        for path in [
+            self.partly_installed_path(),
+            self.receiving_path(),
+            self.dir.join(LEGACY_SNAPSHOT),
+        ] {
             if snapshot_file::read_meta(&path).is_ok_and(|m| m.snapshot_id == meta.snapshot_id) {
-                return self.refill(storage, &path, meta);
+                return self.refill(storage, &path, meta, resume);
             }
         }
         Err(io::Error::other(format!(
@@ -237,44 +284,108 @@ impl SnapshotFiles {
     }
 
     /// Clears the carried keyspaces, fills them from the snapshot at `path`, records its
-    /// applied index and membership and drops the marker, then removes the file.
-    fn refill(&self, storage: &Storage, path: &Path, meta: &Meta) -> io::Result<()> {
+    /// applied index and membership and drops the marker, then removes the file. With
+    /// `resume`, an offset the install's progress recorded, the records before it are in the
+    /// state already: it reads on from there, and clears nothing.
+    fn refill(
+        &self,
+        storage: &Storage,
+        path: &Path,
+        meta: &Meta,
+        resume: Option<u64>,
+    ) -> io::Result<()> {
         let started = std::time::Instant::now();
         let mut out = Batches::new(storage);
-        // The key index's entries are the old state's: rebuilt from the new records when the
-        // store reloads (the marker's removal is written before any record).
-        out.remove(Space::Meta, meta_key::INDEX_COMPLETE)?;
-        let view = storage.view();
-        for space in [Space::Kv, Space::Lease, Space::Index] {
-            view.for_each(space, b"", |k, _| out.remove(space, k))?;
+        // Open for writing too: installed records give their disk space back.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)?;
+        let (_, mut reader) = Reader::new(file)?;
+        let mut path = path.to_path_buf();
+        match resume {
+            Some(offset) => reader.skip_to(offset)?,
+            None => clear_carried(storage, &mut out)?,
         }
-        view.for_each(Space::Meta, b"", |k, _| {
-            if carried_meta(k) {
-                out.remove(Space::Meta, k)?;
-            }
-            Ok::<(), io::Error>(())
-        })?;
-        drop(view);
-        let (_, mut reader) = Reader::open(path)?;
         let mut records = 0u64;
+        let mut recorded = reader.position();
+        let mut steps = 0u32;
         while let Some(r) = reader.next_record()? {
             out.insert(r.space, &r.key, &r.value)?;
             records += 1;
+            if reader.position() - recorded >= self.install_step {
+                recorded = reader.position();
+                self.record_progress(storage, &mut out, &reader, &mut path, recorded)?;
+                steps += 1;
+                #[cfg(test)]
+                if self.stop_after_steps == Some(steps) {
+                    return Err(io::Error::other("test: the install stops here"));
+                }
+            }
         }
         out.flush()?;
         let mut last = applied_batch(storage, meta)?;
         last.remove(Space::Meta, meta_key::INSTALLING);
+        last.remove(Space::Meta, meta_key::INSTALL_PROGRESS);
         last.commit()?;
         storage.persist_state()?;
-        std::fs::remove_file(path)?;
+        std::fs::remove_file(&path)?;
         tracing::info!(
             records,
+            steps,
             took_ms = started.elapsed().as_millis() as u64,
             snapshot = %meta.snapshot_id,
             "installed snapshot"
         );
         Ok(())
     }
+
+    /// Makes the records read before `upto` durable in the state, records `upto` as the
+    /// install's progress, then gives their part of the received file at `path` back to the
+    /// disk: renamed first to `snapshot.recv.partly-installed`, which a build that does not
+    /// know the progress (and would read the holes as the records' end) does not look for.
+    fn record_progress(
+        &self,
+        storage: &Storage,
+        out: &mut Batches,
+        reader: &Reader<std::fs::File>,
+        path: &mut PathBuf,
+        upto: u64,
+    ) -> io::Result<()> {
+        out.flush()?;
+        let mut progress = storage.batch();
+        progress.insert(Space::Meta, meta_key::INSTALL_PROGRESS, &upto.to_be_bytes());
+        progress.commit()?;
+        storage.persist_state()?;
+        let partly = self.partly_installed_path();
+        if *path != partly {
+            std::fs::rename(&*path, &partly)?;
+            sync_dir(&self.dir)?;
+            *path = partly;
+        }
+        if !reader.release_before(upto)? {
+            tracing::debug!("the file system punches no holes: the received snapshot keeps its disk space until installed");
+        }
+        Ok(())
+    }
+}
+
+/// Removes what a snapshot replaces: the carried keyspaces and meta keys, and the key index's
+/// entries (the old state's: rebuilt from the new records when the store reloads, the marker's
+/// removal written before any record).
+fn clear_carried(storage: &Storage, out: &mut Batches) -> io::Result<()> {
+    out.remove(Space::Meta, meta_key::INDEX_COMPLETE)?;
+    let view = storage.view();
+    for space in [Space::Kv, Space::Lease, Space::Index] {
+        view.for_each(space, b"", |k, _| out.remove(space, k))?;
+    }
+    view.for_each(Space::Meta, b"", |k, _| {
+        if carried_meta(k) {
+            out.remove(Space::Meta, k)?;
+        }
+        Ok::<(), io::Error>(())
+    })?;
+    Ok(())
 }
 
 /// Writes the state a snapshot file carries into an empty `storage`, for a member of a new
@@ -408,152 +519,4 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn kv(storage: &Storage) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        Ok(storage.scan(Space::Kv)?)
-    }
-
-    fn fill(storage: &Storage, prefix: &str, n: usize) -> io::Result<()> {
-        let mut b = storage.batch();
-        for i in 0..n {
-            b.insert(Space::Kv, format!("{prefix}{i:05}").as_bytes(), &[7; 300]);
-        }
-        b.insert(Space::Meta, meta_key::REVISION, &(n as i64).to_be_bytes());
-        b.commit()?;
-        Ok(())
-    }
-
-    fn meta(index: u64) -> Meta {
-        Meta {
-            last_log_id: Some(openraft::LogId::new(
-                openraft::CommittedLeaderId::new(2, 1),
-                index,
-            )),
-            snapshot_id: format!("test-{index}"),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn an_install_stopped_half_way_is_finished_at_the_next_start() -> io::Result<()> {
-        let dir = tempfile::tempdir()?;
-        let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
-        let a = Storage::open(&a_dir)?;
-        fill(&a, "new", 3000)?;
-        let sent = SnapshotFiles::new(&a_dir);
-        let m = meta(40);
-        let mut made = sent.make(&m, &a.view(), &AtomicBool::new(false))?;
-
-        // Member b receives it, marks the install, and stops with half of its old keys
-        // removed and part of the new ones written.
-        let b = Storage::open(&b_dir)?;
-        fill(&b, "old", 2000)?;
-        // With the key index's entries of its old records, complete.
-        let mut index = b.batch();
-        for i in 0..2000 {
-            index.insert(Space::Index, format!("old{i:05}").as_bytes(), b"p");
-        }
-        index.insert(Space::Meta, meta_key::INDEX_COMPLETE, &[]);
-        index.commit()?;
-        io::copy(
-            &mut made,
-            &mut std::fs::File::create(b_dir.join("snapshot.recv"))?,
-        )?;
-        let mut batch = b.batch();
-        batch.insert(
-            Space::Meta,
-            meta_key::INSTALLING,
-            &bincode::serialize(&m).map_err(io::Error::other)?,
-        );
-        for i in 0..1000 {
-            batch.remove(Space::Kv, format!("old{i:05}").as_bytes());
-        }
-        for i in 0..500 {
-            batch.insert(Space::Kv, format!("new{i:05}").as_bytes(), &[7; 300]);
-        }
-        batch.commit()?;
-        drop(b);
-
-        let b = Storage::open(&b_dir)?;
-        let files = SnapshotFiles::new(&b_dir);
-        let marked = SnapshotFiles::interrupted_install(&b)?
-            .ok_or("no marker")
-            .map_err(io::Error::other)?;
-        assert_eq!(marked, m);
-        files.finish_install(&b, &marked)?;
-        assert_eq!(
-            kv(&b)?,
-            kv(&a)?,
-            "exactly the snapshot's state, nothing old"
-        );
-        assert_eq!(b.get(Space::Meta, meta_key::INSTALLING)?, None);
-        assert!(
-            b.scan(Space::Index)?.is_empty()
-                && b.get(Space::Meta, meta_key::INDEX_COMPLETE)?.is_none(),
-            "the old state's index entries go, to be rebuilt from the new records"
-        );
-        let applied: Option<openraft::LogId<u64>> =
-            bincode::deserialize(&b.get(Space::Meta, meta_key::APPLIED)?.unwrap_or_default())
-                .map_err(io::Error::other)?;
-        assert_eq!(applied, m.last_log_id);
-        assert!(
-            !b_dir.join("snapshot.recv").exists(),
-            "the installed file goes"
-        );
-        assert!(
-            SnapshotFiles::interrupted_install(&b)?.is_none(),
-            "nothing left to finish"
-        );
-        Ok(())
-    }
-
-    #[test]
-    fn a_made_snapshot_is_described_by_its_view_and_leaves_no_file() -> io::Result<()> {
-        let dir = tempfile::tempdir()?;
-        let s = Storage::open(&dir.path().join("data"))?;
-        fill(&s, "k", 10)?;
-        let m = meta(7);
-        applied_batch(&s, &m)?.commit()?;
-        let view = s.view();
-        let described = meta_of(&view, "test")?;
-        assert_eq!(described.last_log_id, m.last_log_id);
-        assert_eq!(described.snapshot_id, "test-7");
-        let files = SnapshotFiles::new(dir.path());
-        let (read, mut reader) =
-            Reader::new(files.make(&described, &view, &AtomicBool::new(false))?)?;
-        assert_eq!(read, described);
-        let mut records = 0;
-        while reader.next_record()?.is_some() {
-            records += 1;
-        }
-        assert_eq!(records, 11, "ten keys and the revision");
-        let names: Vec<_> = std::fs::read_dir(dir.path())?
-            .flatten()
-            .map(|e| e.file_name())
-            .collect();
-        assert_eq!(names, vec![std::ffi::OsString::from("data")]);
-        Ok(())
-    }
-
-    #[test]
-    fn restore_keeps_data_alarms_and_auth_but_not_members() -> io::Result<()> {
-        let dir = tempfile::tempdir()?;
-        let s = Storage::open(&dir.path().join("a"))?;
-        fill(&s, "k", 10)?;
-        let mut b = s.batch();
-        b.insert(Space::Meta, b"m/alarm/x", b"");
-        b.insert(Space::Meta, b"m/attr/x", b"member");
-        b.commit()?;
-        let files = SnapshotFiles::new(dir.path());
-        let file = files.make(&meta(3), &s.view(), &AtomicBool::new(false))?;
-        let fresh = Storage::open(&dir.path().join("b"))?;
-        let (revision, records) = restore(&fresh, file)?;
-        assert_eq!((revision, records), (10, 10));
-        assert_eq!(kv(&fresh)?, kv(&s)?);
-        assert!(fresh.get(Space::Meta, b"m/alarm/x")?.is_some());
-        assert!(fresh.get(Space::Meta, b"m/attr/x")?.is_none());
-        Ok(())
-    }
-}
+mod tests;

@@ -74,6 +74,9 @@ pub mod meta_key {
     /// bincode `SnapshotMeta`: a snapshot install in progress (since v1; see
     /// `raft::snapshots`).
     pub const INSTALLING: &[u8] = b"installing";
+    /// u64 BE: how far into the received snapshot file the install in progress has its
+    /// records durably in the state (since v4; see `raft::snapshots`). Not carried.
+    pub const INSTALL_PROGRESS: &[u8] = b"install_progress";
     /// Empty: the `index` keyspace holds the index entry of every record of `kv` and nothing
     /// else (since v3). Not carried by snapshots: an install removes it.
     pub const INDEX_COMPLETE: &[u8] = b"index_complete";
