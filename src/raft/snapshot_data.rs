@@ -1,7 +1,8 @@
 //! [`SnapshotData`], openraft's snapshot bytes: the file a received snapshot is written to, or
 //! the snapshot of a [`View`] made when it is first read (a snapshot openraft builds only to
 //! learn its metadata, or fetches at start, is never written out; one dropped while it is
-//! being written stops being written). Sent to a lagging member, it is written while it is sent.
+//! being written stops being written). Sent to a lagging member, it is written into the pieces
+//! sent, never to a file.
 
 use std::future::Future;
 use std::io::{self, SeekFrom};
@@ -85,8 +86,8 @@ impl SnapshotData {
     pub async fn into_source(mut self) -> io::Result<Source> {
         match std::mem::replace(&mut self.state, State::Failed(String::new())) {
             State::Deferred(d) => {
-                let Deferred { files, meta, view } = *d;
-                return Source::writing(files, meta, view);
+                let Deferred { meta, view, .. } = *d;
+                return Ok(Source::streamed(meta, view));
             }
             other => self.state = other,
         }

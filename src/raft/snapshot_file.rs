@@ -71,15 +71,39 @@ pub fn write(
     progress: &mut dyn FnMut(u64),
 ) -> io::Result<u64> {
     let mut out = BufWriter::with_capacity(BUFFER, file);
-    let meta_bytes = bincode::serialize(meta).map_err(bad)?;
-    out.write_all(MAGIC)?;
-    write_len(&mut out, meta_bytes.len())?;
-    out.write_all(&meta_bytes)?;
-    let mut written = (MAGIC.len() + 4 + meta_bytes.len()) as u64;
     // Synced as it grows, though nothing needs it on disk: gigabytes of dirty pages flushed
     // at once would make the Raft log's own syncs, on the same disk, wait behind them.
-    let mut unsynced = 0usize;
-    let mut record = |out: &mut BufWriter<&File>, space: Space, k: &[u8], v: &[u8]| {
+    let mut synced = |out: &mut BufWriter<&File>, written: u64| {
+        out.flush()?;
+        out.get_ref().sync_data()?;
+        progress(written);
+        Ok(())
+    };
+    let written = encode(&mut out, meta, view, cancel, SYNC_EVERY, &mut synced)?;
+    out.flush()?;
+    Ok(written)
+}
+
+/// Writes the snapshot of `view` described by `meta` to `out`, calling `checkpoint` with the
+/// bytes written so far after every `every` bytes or more. Returns the bytes written.
+///
+/// # Errors
+/// On an I/O or read failure, what `checkpoint` returns, or once `cancel` is set.
+pub fn encode<W: Write>(
+    out: &mut W,
+    meta: &Meta,
+    view: &View,
+    cancel: &AtomicBool,
+    every: usize,
+    checkpoint: &mut dyn FnMut(&mut W, u64) -> io::Result<()>,
+) -> io::Result<u64> {
+    let meta_bytes = bincode::serialize(meta).map_err(bad)?;
+    out.write_all(MAGIC)?;
+    write_len(out, meta_bytes.len())?;
+    out.write_all(&meta_bytes)?;
+    let mut written = (MAGIC.len() + 4 + meta_bytes.len()) as u64;
+    let mut unchecked = 0usize;
+    let mut record = |out: &mut W, space: Space, k: &[u8], v: &[u8]| {
         if cancel.load(Ordering::Relaxed) {
             return Err(io::Error::other("snapshot no longer wanted"));
         }
@@ -88,29 +112,26 @@ pub fn write(
         out.write_all(k)?;
         write_len(out, v.len())?;
         out.write_all(v)?;
-        unsynced += 9 + k.len() + v.len();
+        unchecked += 9 + k.len() + v.len();
         written += (9 + k.len() + v.len()) as u64;
-        if unsynced >= SYNC_EVERY {
-            out.flush()?;
-            out.get_ref().sync_data()?;
-            unsynced = 0;
-            progress(written);
+        if unchecked >= every {
+            unchecked = 0;
+            checkpoint(out, written)?;
         }
         Ok::<(), io::Error>(())
     };
     for space in [Space::Kv, Space::Lease] {
-        view.for_each(space, b"", |k, v| record(&mut out, space, k, v))?;
+        view.for_each(space, b"", |k, v| record(out, space, k, v))?;
     }
     for key in [meta_key::REVISION, meta_key::COMPACTED] {
         if let Some(v) = view.get(Space::Meta, key)? {
-            record(&mut out, Space::Meta, key, &v)?;
+            record(out, Space::Meta, key, &v)?;
         }
     }
     view.for_each(Space::Meta, meta_key::REPLICATED, |k, v| {
-        record(&mut out, Space::Meta, k, v)
+        record(out, Space::Meta, k, v)
     })?;
     out.write_all(&[0])?;
-    out.flush()?;
     Ok(written + 1)
 }
 
