@@ -427,9 +427,9 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     /// A snapshot in pieces of openraft's chunked protocol, each through
     /// [`Self::install_snapshot`], with three additions to openraft's own sender. A peer that does not answer a `Hello` is reported unreachable before the state
     /// is written out for it: openraft tries again after a pause, and a member that stays down
-    /// costs no copies of the state. The pieces go out while the snapshot is written
-    /// ([`super::snapshot_send`]), and a failure to write it (a full disk) fails this transfer,
-    /// not the leader. The transfer is counted once, as etcd counts them.
+    /// costs no copies of the state. The pieces go out as the snapshot is written into them,
+    /// with no file ([`super::snapshot_send`]), and a failure to read the state fails this
+    /// transfer, not the leader. The transfer is counted once, as etcd counts them.
     async fn full_snapshot(
         &mut self,
         vote: Vote<u64>,

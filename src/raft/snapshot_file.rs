@@ -58,26 +58,18 @@ pub fn carried_meta(key: &[u8]) -> bool {
     key == meta_key::REVISION || key == meta_key::COMPACTED || key.starts_with(meta_key::REPLICATED)
 }
 
-/// Writes the snapshot of `view` described by `meta` to `file` from its current position,
-/// telling `progress` after each sync how many bytes the file holds. Returns the bytes written.
+/// Writes the snapshot of `view` described by `meta` to `file` from its current position.
+/// Returns the bytes written.
 ///
 /// # Errors
 /// On an I/O or read failure, or once `cancel` is set.
-pub fn write(
-    file: &File,
-    meta: &Meta,
-    view: &View,
-    cancel: &AtomicBool,
-    progress: &mut dyn FnMut(u64),
-) -> io::Result<u64> {
+pub fn write(file: &File, meta: &Meta, view: &View, cancel: &AtomicBool) -> io::Result<u64> {
     let mut out = BufWriter::with_capacity(BUFFER, file);
     // Synced as it grows, though nothing needs it on disk: gigabytes of dirty pages flushed
     // at once would make the Raft log's own syncs, on the same disk, wait behind them.
-    let mut synced = |out: &mut BufWriter<&File>, written: u64| {
+    let mut synced = |out: &mut BufWriter<&File>, _| {
         out.flush()?;
-        out.get_ref().sync_data()?;
-        progress(written);
-        Ok(())
+        out.get_ref().sync_data()
     };
     let written = encode(&mut out, meta, view, cancel, SYNC_EVERY, &mut synced)?;
     out.flush()?;
@@ -314,7 +306,6 @@ mod tests {
             &meta,
             &s.view(),
             &AtomicBool::new(false),
-            &mut |_| {},
         )?;
         assert_eq!(size, std::fs::metadata(&path)?.len());
         let (read, mut reader) = Reader::open(&path)?;
@@ -345,13 +336,7 @@ mod tests {
         b.commit()?;
         let path = dir.path().join("snap");
         let cancel = AtomicBool::new(false);
-        write(
-            &File::create(&path)?,
-            &Meta::default(),
-            &s.view(),
-            &cancel,
-            &mut |_| {},
-        )?;
+        write(&File::create(&path)?, &Meta::default(), &s.view(), &cancel)?;
         let bytes = std::fs::read(&path)?;
         for cut in [3, bytes.len() - 4, bytes.len() - 1] {
             let r = Reader::new(&bytes[..cut]).and_then(|(_, mut r)| {

@@ -146,6 +146,7 @@ impl Stream {
         let piece = usize::try_from(max.max(1)).map_err(io::Error::other)?;
         let (tx, rx) = tokio::sync::mpsc::channel(PIECES_AHEAD);
         let (meta, view, stop) = (self.meta.clone(), self.view.clone(), self.stop.clone());
+        tracing::info!(snapshot = %self.meta.snapshot_id, piece, "streaming snapshot");
         tokio::task::spawn_blocking(move || {
             let started = std::time::Instant::now();
             let mut out = PieceWriter::new(piece, tx.clone());

@@ -3,9 +3,10 @@
 //!
 //! The state on disk is itself the snapshot, as etcd's bbolt file is: a Raft snapshot only
 //! records how far the state reaches once that is synced (so the log below may go). The bytes
-//! a lagging member or `Maintenance.Snapshot` needs are written when asked for, from a [`View`]
-//! taken then, into `snapshot.send-<n>`, a file unlinked as soon as it is created: it takes disk
-//! space only while it is read, and a crash leaves nothing behind.
+//! a lagging member needs are written when asked for, from a [`View`] taken then, straight into
+//! the pieces sent (`raft::snapshot_send`). Those openraft reads itself are written into
+//! `snapshot.send-<n>`, a file unlinked as soon as it is created: it takes disk space only while
+//! it is read, and a crash leaves nothing behind.
 //!
 //! A snapshot being received is written to `snapshot.recv-<n>`, one file per transfer (openraft
 //! writes its chunks there), and is `snapshot.recv` while it is installed.
@@ -149,30 +150,6 @@ impl SnapshotFiles {
         Ok(file)
     }
 
-    /// Writes the snapshot of `view` described by `meta` into `file` (from [`Self::create`]),
-    /// telling `progress` how many bytes it holds as it grows. Returns its length. Blocking.
-    ///
-    /// # Errors
-    /// On an I/O or read failure, or once `cancel` is set.
-    pub fn write(
-        &self,
-        file: &std::fs::File,
-        meta: &Meta,
-        view: &View,
-        cancel: &AtomicBool,
-        progress: &mut dyn FnMut(u64),
-    ) -> io::Result<u64> {
-        let started = std::time::Instant::now();
-        let bytes = snapshot_file::write(file, meta, view, cancel, progress)?;
-        tracing::info!(
-            bytes,
-            took_ms = started.elapsed().as_millis() as u64,
-            snapshot = %meta.snapshot_id,
-            "made snapshot"
-        );
-        Ok(bytes)
-    }
-
     /// Writes the snapshot of `view` described by `meta` to a new unlinked file and returns it,
     /// positioned at its start. Blocking.
     ///
@@ -180,8 +157,15 @@ impl SnapshotFiles {
     /// On an I/O or read failure, or once `cancel` is set.
     pub fn make(&self, meta: &Meta, view: &View, cancel: &AtomicBool) -> io::Result<std::fs::File> {
         use std::io::Seek;
+        let started = std::time::Instant::now();
         let mut file = self.create()?;
-        self.write(&file, meta, view, cancel, &mut |_| {})?;
+        let bytes = snapshot_file::write(&file, meta, view, cancel)?;
+        tracing::info!(
+            bytes,
+            took_ms = started.elapsed().as_millis() as u64,
+            snapshot = %meta.snapshot_id,
+            "made snapshot"
+        );
         file.rewind()?;
         Ok(file)
     }

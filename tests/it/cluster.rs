@@ -307,7 +307,7 @@ impl Cluster {
             // them.
             .env(
                 "RUST_LOG",
-                "warn,concord::raft::election=info,concord::raft::snapshots=info,openraft::engine=info",
+                "warn,concord::raft::election=info,concord::raft::snapshots=info,concord::raft::snapshot_send=info,openraft::engine=info",
             )
             .stdout(Stdio::null())
             .stderr(log)
