@@ -8,7 +8,9 @@ which must be sent a snapshot. Reported: load time, resident memory (RSS) after 
 size of the data dir, the time to serve again after a restart (SIGTERM, start, until `etcdctl
 endpoint health` succeeds) and the RSS then, the peak RSS above that while the snapshot is
 saved, time for the new member to catch up, the sender's and the newcomer's peak RSS
-meanwhile (sampled every 20 ms from /proc), and the newcomer's RSS 5 s after it caught up. `--name` names the result files (the 8 GiB profile:
+meanwhile (sampled every 20 ms from /proc), and the newcomer's RSS 5 s after it caught up, the
+peak of the disk space in use on the machine meanwhile above what was in use before it started
+(sender's and newcomer's files, unlinked ones included) and the newcomer's data dir after. `--name` names the result files (the 8 GiB profile:
 `--keys 4194304 --value-size 2048 --name large-profile-8g`). For a state the disk cannot hold
 twice: `--stream-snapshot` (the snapshot streamed and its digest checked, nothing kept),
 `--no-snapshot` (no save at all) and `--no-join`;
@@ -52,6 +54,33 @@ class Peak:
         self.thread.join()
         return self.peaks
 
+
+class DiskPeak:
+    """Samples the bytes in use on the file system holding `path` every 20 ms until stopped
+    (files unlinked while open included, which `du` does not see); keeps the peak."""
+
+    def __init__(self, path):
+        self.path = path
+        self.base = self.used()
+        self.peak = self.base
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def used(self):
+        st = os.statvfs(self.path)
+        return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+    def run(self):
+        while not self.stop.is_set():
+            self.peak = max(self.peak, self.used())
+            time.sleep(0.02)
+
+    def done(self):
+        """The peak above the bytes in use at the start, in GiB."""
+        self.stop.set()
+        self.thread.join()
+        return round((self.peak - self.base) / 2**30, 2)
 
 
 def drop_page_cache():
@@ -127,6 +156,7 @@ def run(label, server, etcdctl, bench, keys, value_size, work, opts):
         subprocess.run([etcdctl, "--endpoints", ep0, "member", "add", "m1", f"--peer-urls={peer1}"],
                        check=True, capture_output=True)
         steady0 = rss_mib(m0.pid)
+        disk_peak = DiskPeak(d)
         started = time.time()
         m1, ep1 = member(server, "m1", port + 10, f"{d}/m1", f"{cluster},m1={peer1}", "existing",
                          extra=snapshots, log=f"{d}/m1.log")
@@ -144,15 +174,22 @@ def run(label, server, etcdctl, bench, keys, value_size, work, opts):
             time.sleep(0.1)
         join_s = time.time() - started
         peaks = peak.done()
+        join_disk = disk_peak.done()
+        newcomer_disk = int(subprocess.run(["du", "-sb", f"{d}/m1"], capture_output=True,
+                                           text=True, check=True).stdout.split()[0])
         # The newcomer's own steady memory, to set its peak against (the issue's target: at
         # most 256 MiB above it).
         time.sleep(5)
         newcomer_steady = rss_mib(m1.pid)
+        newcomer_anon = rss_mib(m1.pid, "RssAnon")
         return row | {
             "new_member_caught_up_s": round(join_s, 1),
             "sender_rss_above_mib": round(peaks[m0.pid] - steady0),
             "newcomer_peak_rss_mib": round(peaks[m1.pid]),
             "newcomer_rss_after_mib": round(newcomer_steady),
+            "newcomer_anon_after_mib": round(newcomer_anon),
+            "join_disk_peak_above_gib": join_disk,
+            "newcomer_disk_gib": round(newcomer_disk / 2**30, 2),
         }
     finally:
         stop(procs)
@@ -207,7 +244,7 @@ def main():
     cols = ["load_s", "rss_after_load_mib", "disk_gib", "restart_s", "rss_after_restart_mib",
             "snapshot_save_s", "snapshot_first_message_s", "snapshot_save_rss_above_mib",
             "new_member_caught_up_s", "sender_rss_above_mib", "newcomer_peak_rss_mib",
-            "newcomer_rss_after_mib"]
+            "newcomer_rss_after_mib", "join_disk_peak_above_gib", "newcomer_disk_gib"]
     cols += ["quiet_put_p99_ms", "quiet_put_max_ms", "quiet_range_p99_ms", "quiet_range_max_ms",
              "defrag_s", "defrag_put_p99_ms", "defrag_put_max_ms", "defrag_range_p99_ms",
              "defrag_range_max_ms", "defrag_errors"]

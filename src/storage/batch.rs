@@ -109,7 +109,8 @@ impl Batch {
 
 /// Writes too many for one [`Batch`] (a snapshot install, a rebuilt keyspace), committed in
 /// batches of at most [`Batches::BYTES`] as they fill: atomic batch by batch, not as a whole,
-/// so a caller that a crash interrupts must be able to start again.
+/// so a caller that a crash interrupts must be able to start again. Each commit waits while too
+/// many memtables wait to be flushed, so memory does not grow with what is written.
 pub struct Batches<'a> {
     storage: &'a Storage,
     batch: Option<Batch>,
@@ -176,6 +177,7 @@ impl<'a> Batches<'a> {
     pub fn flush(&mut self) -> StorageResult<()> {
         if let Some(b) = self.batch.take() {
             b.commit()?;
+            self.storage.wait_for_flushes();
         }
         self.bytes = 0;
         Ok(())

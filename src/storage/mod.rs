@@ -175,6 +175,14 @@ const MAX_JOURNALS: u64 = 64 * 1024 * 1024;
 /// memory after a bulk load, and a restart rebuilds them from the journal.
 const MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
 
+/// Bytes of memtables (active and sealed, not yet flushed) that a bulk writer ([`Batches`]) lets
+/// pile up before it waits for flushes: fjall bounds them by nothing else, and an install or a
+/// rebuild writes faster than they flush (a 2 GiB install of 16 KiB values held 650 MiB).
+const BULK_WRITE_BUFFER: u64 = 8 * MEMTABLE_BYTES;
+/// The longest a bulk writer waits for flushes before it writes on (a flush that failed has
+/// poisoned the store: the next write reports it).
+const BULK_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The state database's block cache by default (`--storage-cache-bytes`): fjall's blocks are
 /// also in the kernel's page cache, as bbolt's are for etcd, so this cache only saves the
 /// copies and decompression of the hottest blocks.
@@ -372,6 +380,16 @@ impl Storage {
     /// concerned: no value the state journal left to the log lies in them unflushed.
     pub fn log_purgeable(&self, index: u64) -> bool {
         self.logged.covers(index)
+    }
+
+    /// For bulk writers ([`Batches`]): waits while the memtables not yet flushed hold more than
+    /// [`BULK_WRITE_BUFFER`] (at most [`BULK_WAIT_MAX`]), so that a bulk write's memory is
+    /// bounded by how fast its memtables flush, not by its size. Blocking.
+    fn wait_for_flushes(&self) {
+        let started = std::time::Instant::now();
+        while self.db.write_buffer_size() > BULK_WRITE_BUFFER && started.elapsed() < BULK_WAIT_MAX {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
     }
 
     /// Starts an atomic state-machine batch.
