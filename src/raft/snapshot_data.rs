@@ -253,11 +253,7 @@ pub(super) mod tests {
             keys.push(r.key);
         }
         assert_eq!(keys, vec![b"k".to_vec()]);
-        let left: Vec<_> = std::fs::read_dir(dir.path())?
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("snapshot"))
-            .collect();
+        let left = crate::raft::snapshots::tests::snapshot_files(dir.path())?;
         assert!(left.is_empty(), "made snapshots take no name: {left:?}");
         Ok(())
     }

@@ -454,11 +454,7 @@ mod tests {
         let (sent, count) = pieces(&mut whole, half, 100).await?;
         assert!(sent == expected);
         assert_eq!(count as u64, (expected.len() as u64).div_ceil(half));
-        let names: Vec<_> = std::fs::read_dir(dir.path())?
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("snapshot"))
-            .collect();
+        let names = crate::raft::snapshots::tests::snapshot_files(dir.path())?;
         assert!(names.is_empty(), "no file: {names:?}");
         Ok(())
     }

@@ -503,4 +503,4 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

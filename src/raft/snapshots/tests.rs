@@ -147,23 +147,50 @@ fn restore_keeps_data_alarms_and_auth_but_not_members() -> io::Result<()> {
     Ok(())
 }
 
+/// Member a's state of 3000 records, in `dir`/a, and its snapshot described by `meta(index)`.
+fn sent(dir: &Path, index: u64) -> io::Result<(Storage, Meta, std::fs::File)> {
+    let a_dir = dir.join("a");
+    let a = Storage::open(&a_dir)?;
+    fill(&a, "new", 3000)?;
+    let m = meta(index);
+    let made = SnapshotFiles::new(&a_dir).make(&m, &a.view(), &AtomicBool::new(false))?;
+    Ok((a, m, made))
+}
+
+/// Member b's snapshot files in `b_dir`, installing in steps of 64 KiB and stopping after
+/// `stop` of them, and the file it received `made` into.
+fn received(
+    b_dir: &Path,
+    made: &mut std::fs::File,
+    stop: Option<u32>,
+) -> io::Result<(SnapshotFiles, PathBuf)> {
+    let files = SnapshotFiles::new(b_dir).with_install_step(64 << 10, stop);
+    let path = files.start_receiving();
+    io::copy(made, &mut std::fs::File::create(&path)?)?;
+    Ok((files, path))
+}
+
+/// The names of the snapshot files in `dir`.
+pub(in crate::raft) fn snapshot_files(dir: &Path) -> io::Result<Vec<String>> {
+    Ok(std::fs::read_dir(dir)?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("snapshot"))
+        .collect())
+}
+
 #[test]
 fn a_long_install_gives_the_received_file_back_and_resumes_where_it_stopped() -> io::Result<()> {
     use std::os::unix::fs::MetadataExt;
     let dir = tempfile::tempdir()?;
-    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
-    let a = Storage::open(&a_dir)?;
-    fill(&a, "new", 3000)?;
-    let m = meta(40);
-    let mut made = SnapshotFiles::new(&a_dir).make(&m, &a.view(), &AtomicBool::new(false))?;
+    let b_dir = dir.path().join("b");
+    let (a, m, mut made) = sent(dir.path(), 40)?;
 
     // Member b, with an old state, receives the snapshot and stops eight steps of 64 KiB into
     // its install.
     let b = Storage::open(&b_dir)?;
     fill(&b, "old", 2000)?;
-    let files = SnapshotFiles::new(&b_dir).with_install_step(64 << 10, Some(8));
-    let path = files.start_receiving();
-    io::copy(&mut made, &mut std::fs::File::create(&path)?)?;
+    let (files, path) = received(&b_dir, &mut made, Some(8))?;
     let size = std::fs::metadata(&path)?.len();
     let stopped = files.install_received(&b, &m, std::fs::File::open(&path)?);
     assert!(stopped.is_err(), "the test hook stops the install");
@@ -212,25 +239,16 @@ fn a_long_install_gives_the_received_file_back_and_resumes_where_it_stopped() ->
 #[test]
 fn an_uninterrupted_install_records_progress_and_leaves_none() -> io::Result<()> {
     let dir = tempfile::tempdir()?;
-    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
-    let a = Storage::open(&a_dir)?;
-    fill(&a, "new", 3000)?;
-    let m = meta(41);
-    let mut made = SnapshotFiles::new(&a_dir).make(&m, &a.view(), &AtomicBool::new(false))?;
+    let b_dir = dir.path().join("b");
+    let (a, m, mut made) = sent(dir.path(), 41)?;
     let b = Storage::open(&b_dir)?;
     fill(&b, "old", 100)?;
-    let files = SnapshotFiles::new(&b_dir).with_install_step(64 << 10, None);
-    let path = files.start_receiving();
-    io::copy(&mut made, &mut std::fs::File::create(&path)?)?;
+    let (files, path) = received(&b_dir, &mut made, None)?;
     files.install_received(&b, &m, std::fs::File::open(&path)?)?;
     assert_eq!(kv(&b)?, kv(&a)?);
     assert_eq!(b.get(Space::Meta, meta_key::INSTALL_PROGRESS)?, None);
     assert_eq!(SnapshotFiles::interrupted_install(&b)?, None);
-    let left: Vec<_> = std::fs::read_dir(&b_dir)?
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("snapshot"))
-        .map(|e| e.file_name())
-        .collect();
+    let left = snapshot_files(&b_dir)?;
     assert!(left.is_empty(), "no snapshot file left: {left:?}");
     Ok(())
 }
