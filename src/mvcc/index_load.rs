@@ -8,7 +8,7 @@
 
 use super::records::{decode_as, encode_index_entry, IndexFields};
 use super::{Changes, KeyIndex, KeyRevision, Revision};
-use crate::storage::{meta_key, Batches, Space, Storage, StorageError, StorageResult};
+use crate::storage::{meta_key, Batches, Space, Storage, StorageError, StorageResult, Value};
 
 /// Rebuilds the key index from every stored change at revisions up to `current`.
 pub(super) fn load_index(storage: &Storage, current: i64) -> StorageResult<KeyIndex> {
@@ -56,29 +56,43 @@ fn read_changes(
     let mut changes = Changes::default();
     let mut rebuilt = (source == Space::Kv).then(|| Batches::new(storage));
     storage.for_each_in(source, from, to, |k, v| {
-        let rev = Revision::from_bytes(k)
-            .ok_or_else(|| StorageError(format!("corrupt revision key {k:?}")))?;
-        let (tombstone, head) = decode_as::<IndexFields>(v)?;
-        let change = if tombstone {
-            KeyRevision::tombstone(rev)
-        } else {
-            KeyRevision {
-                rev,
-                create_revision: head.create_revision,
-                version: head.version,
-                lease: head.lease,
-            }
-        };
+        let (key, change) = change_of(k, v)?;
         if let Some(out) = rebuilt.as_mut() {
-            out.insert_value(Space::Index, k, encode_index_entry(&head.key, &change))?;
+            out.insert_value(Space::Index, k, encode_index_entry(&key, &change))?;
         }
-        changes.push(head.key.into_boxed_slice(), change);
+        changes.push(key.into_boxed_slice(), change);
         Ok(())
     })?;
     if let Some(mut out) = rebuilt {
         out.flush()?;
     }
     Ok(changes)
+}
+
+/// The key and the key index's change that a stored change holds: a record of `kv` or an entry
+/// of `index` (revision key `k`, value `v`).
+fn change_of(k: &[u8], v: &[u8]) -> StorageResult<(Vec<u8>, KeyRevision)> {
+    let rev = Revision::from_bytes(k)
+        .ok_or_else(|| StorageError(format!("corrupt revision key {k:?}")))?;
+    let (tombstone, head) = decode_as::<IndexFields>(v)?;
+    let change = if tombstone {
+        KeyRevision::tombstone(rev)
+    } else {
+        KeyRevision {
+            rev,
+            create_revision: head.create_revision,
+            version: head.version,
+            lease: head.lease,
+        }
+    };
+    Ok((head.key, change))
+}
+
+/// The `index` keyspace's entry for the record `v` of `kv` at revision key `k` (see
+/// [`super::disk::index_entry`]).
+pub(super) fn index_entry(k: &[u8], v: &[u8]) -> StorageResult<Value> {
+    let (key, change) = change_of(k, v)?;
+    Ok(encode_index_entry(&key, &change))
 }
 
 #[cfg(test)]

@@ -52,6 +52,17 @@ pub mod disk {
         records::etcd_entry(rev, bytes)
     }
 
+    /// The `index` keyspace's entry for the record `record` of `kv` at revision key `rev_key`
+    /// (what the key index needs of it), for a writer of records other than the store: a
+    /// snapshot install writes them beside the records, so the store's next load reads these
+    /// instead of every value.
+    ///
+    /// # Errors
+    /// A corrupt revision key or record.
+    pub fn index_entry(rev_key: &[u8], record: &[u8]) -> StorageResult<crate::storage::Value> {
+        super::index_load::index_entry(rev_key, record)
+    }
+
     /// A lease's record: its granted and its checkpointed remaining TTL.
     pub fn lease_record(ttl: i64, remaining: i64) -> Vec<u8> {
         records::encode_lease(ttl, remaining)

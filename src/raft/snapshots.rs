@@ -295,6 +295,10 @@ impl SnapshotFiles {
         let mut recorded = reader.position();
         let mut steps = 0u32;
         while let Some(r) = reader.next_record()? {
+            if r.space == Space::Kv {
+                let entry = crate::mvcc::disk::index_entry(&r.key, &r.value)?;
+                out.insert_value(Space::Index, &r.key, entry)?;
+            }
             out.insert(r.space, &r.key, &r.value)?;
             records += 1;
             if reader.position() - recorded >= self.install_step {
@@ -311,6 +315,8 @@ impl SnapshotFiles {
         let mut last = applied_batch(storage, meta)?;
         last.remove(Space::Meta, meta_key::INSTALLING);
         last.remove(Space::Meta, meta_key::INSTALL_PROGRESS);
+        // The index's entries were written beside the records: the store's load reads them.
+        last.insert(Space::Meta, meta_key::INDEX_COMPLETE, &[]);
         last.commit()?;
         storage.persist_state()?;
         std::fs::remove_file(&path)?;
@@ -355,8 +361,8 @@ impl SnapshotFiles {
 }
 
 /// Removes what a snapshot replaces: the carried keyspaces and meta keys, and the key index's
-/// entries (the old state's: rebuilt from the new records when the store reloads, the marker's
-/// removal written before any record).
+/// entries (the old state's; the install writes the new records' beside them, and marks the
+/// index complete again in its last batch).
 fn clear_carried(storage: &Storage, out: &mut Batches) -> io::Result<()> {
     out.remove(Space::Meta, meta_key::INDEX_COMPLETE)?;
     let view = storage.view();

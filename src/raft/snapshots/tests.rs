@@ -6,10 +6,29 @@ fn kv(storage: &Storage) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
     Ok(storage.scan(Space::Kv)?)
 }
 
+/// Record `i` of a state whose keys start with `prefix`: key `<prefix><i>` put once, with a
+/// 300-byte value, at revision `i + 1` (plus 100,000 for "old", so that two states share none).
+fn record(prefix: &str, i: usize) -> (Vec<u8>, Vec<u8>) {
+    let rev = (i + 1 + if prefix == "old" { 100_000 } else { 0 }) as i64;
+    let kv = crate::pb::mvccpb::KeyValue {
+        key: format!("{prefix}{i:05}").into_bytes(),
+        value: vec![7u8; 300].into(),
+        create_revision: rev,
+        mod_revision: rev,
+        version: 1,
+        lease: 0,
+    };
+    (
+        crate::mvcc::Revision::new(rev, 0).to_bytes().to_vec(),
+        crate::mvcc::disk::kv_record(false, &kv),
+    )
+}
+
 fn fill(storage: &Storage, prefix: &str, n: usize) -> io::Result<()> {
     let mut b = storage.batch();
     for i in 0..n {
-        b.insert(Space::Kv, format!("{prefix}{i:05}").as_bytes(), &[7; 300]);
+        let (k, v) = record(prefix, i);
+        b.insert(Space::Kv, &k, &v);
     }
     b.insert(Space::Meta, meta_key::REVISION, &(n as i64).to_be_bytes());
     b.commit()?;
@@ -44,7 +63,7 @@ fn an_install_stopped_half_way_is_finished_at_the_next_start() -> io::Result<()>
     // With the key index's entries of its old records, complete.
     let mut index = b.batch();
     for i in 0..2000 {
-        index.insert(Space::Index, format!("old{i:05}").as_bytes(), b"p");
+        index.insert(Space::Index, &record("old", i).0, b"p");
     }
     index.insert(Space::Meta, meta_key::INDEX_COMPLETE, &[]);
     index.commit()?;
@@ -59,10 +78,11 @@ fn an_install_stopped_half_way_is_finished_at_the_next_start() -> io::Result<()>
         &bincode::serialize(&m).map_err(io::Error::other)?,
     );
     for i in 0..1000 {
-        batch.remove(Space::Kv, format!("old{i:05}").as_bytes());
+        batch.remove(Space::Kv, &record("old", i).0);
     }
     for i in 0..500 {
-        batch.insert(Space::Kv, format!("new{i:05}").as_bytes(), &[7; 300]);
+        let (k, v) = record("new", i);
+        batch.insert(Space::Kv, &k, &v);
     }
     batch.commit()?;
     drop(b);
@@ -80,10 +100,15 @@ fn an_install_stopped_half_way_is_finished_at_the_next_start() -> io::Result<()>
         "exactly the snapshot's state, nothing old"
     );
     assert_eq!(b.get(Space::Meta, meta_key::INSTALLING)?, None);
+    // The MVCC store of a, opened, rebuilds its index entries from its records: the install
+    // wrote the same ones.
+    drop(crate::mvcc::MvccStore::open(a.clone())?);
     assert!(
-        b.scan(Space::Index)?.is_empty() && b.get(Space::Meta, meta_key::INDEX_COMPLETE)?.is_none(),
-        "the old state's index entries go, to be rebuilt from the new records"
+        b.scan(Space::Index)? == a.scan(Space::Index)?
+            && b.get(Space::Meta, meta_key::INDEX_COMPLETE)?.is_some(),
+        "the old state's index entries go, the new records' are written beside them"
     );
+    assert_eq!(a.scan(Space::Index)?.len(), 3000);
     let applied: Option<openraft::LogId<u64>> =
         bincode::deserialize(&b.get(Space::Meta, meta_key::APPLIED)?.unwrap_or_default())
             .map_err(io::Error::other)?;
