@@ -33,20 +33,21 @@ from maintenance_stall import paced_load, under_load
 from members import arguments, load, member, rss_mib, save, servers, status, stop, wait_healthy
 
 
-class Peak:
-    """Samples the RSS of some processes every 20 ms until stopped; keeps each one's peak."""
+class Sampler:
+    """Calls `sample` (a dict of numbers) every 20 ms on a thread until stopped; keeps the
+    largest value seen of each of its keys."""
 
-    def __init__(self, pids):
-        self.pids = pids
-        self.peaks = {p: rss_mib(p) for p in pids}
+    def __init__(self, sample):
+        self.sample = sample
+        self.peaks = sample()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
 
     def run(self):
         while not self.stop.is_set():
-            for p in self.pids:
-                self.peaks[p] = max(self.peaks[p], rss_mib(p))
+            for k, v in self.sample().items():
+                self.peaks[k] = max(self.peaks[k], v)
             time.sleep(0.02)
 
     def done(self):
@@ -55,32 +56,16 @@ class Peak:
         return self.peaks
 
 
-class DiskPeak:
-    """Samples the bytes in use on the file system holding `path` every 20 ms until stopped
-    (files unlinked while open included, which `du` does not see); keeps the peak."""
+def rss_peaks(pids):
+    """The peak RSS of each of `pids`, sampled every 20 ms (`.done()` returns them by pid)."""
+    return Sampler(lambda: {p: rss_mib(p) for p in pids})
 
-    def __init__(self, path):
-        self.path = path
-        self.base = self.used()
-        self.peak = self.base
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
 
-    def used(self):
-        st = os.statvfs(self.path)
-        return (st.f_blocks - st.f_bfree) * st.f_frsize
-
-    def run(self):
-        while not self.stop.is_set():
-            self.peak = max(self.peak, self.used())
-            time.sleep(0.02)
-
-    def done(self):
-        """The peak above the bytes in use at the start, in GiB."""
-        self.stop.set()
-        self.thread.join()
-        return round((self.peak - self.base) / 2**30, 2)
+def disk_used(path):
+    """Bytes in use on the file system holding `path` (files unlinked while open included,
+    which `du` does not see)."""
+    st = os.statvfs(path)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
 def drop_page_cache():
@@ -116,7 +101,7 @@ def run(label, server, etcdctl, bench, keys, value_size, work, opts):
         restart_s = time.time() - started
         time.sleep(2)
         steady = rss_mib(m0.pid)
-        peak = Peak([m0.pid])
+        peak = rss_peaks([m0.pid])
         started = time.time()
         first_message_s = None
         if opts.no_snapshot:
@@ -156,13 +141,14 @@ def run(label, server, etcdctl, bench, keys, value_size, work, opts):
         subprocess.run([etcdctl, "--endpoints", ep0, "member", "add", "m1", f"--peer-urls={peer1}"],
                        check=True, capture_output=True)
         steady0 = rss_mib(m0.pid)
-        disk_peak = DiskPeak(d)
+        disk_base = disk_used(d)
+        disk_peak = Sampler(lambda: {"used": disk_used(d)})
         started = time.time()
         m1, ep1 = member(server, "m1", port + 10, f"{d}/m1", f"{cluster},m1={peer1}", "existing",
                          extra=snapshots, log=f"{d}/m1.log")
         procs.append(m1)
         time.sleep(0.05)
-        peak = Peak([m0.pid, m1.pid])
+        peak = rss_peaks([m0.pid, m1.pid])
         target = status(etcdctl, ep0)["header"]["revision"]
         deadline = time.time() + 1800
         while True:
@@ -174,7 +160,7 @@ def run(label, server, etcdctl, bench, keys, value_size, work, opts):
             time.sleep(0.1)
         join_s = time.time() - started
         peaks = peak.done()
-        join_disk = disk_peak.done()
+        join_disk = round((disk_peak.done()["used"] - disk_base) / 2**30, 2)
         newcomer_disk = int(subprocess.run(["du", "-sb", f"{d}/m1"], capture_output=True,
                                            text=True, check=True).stdout.split()[0])
         # The newcomer's own steady memory, to set its peak against (the issue's target: at

@@ -64,37 +64,55 @@ pub fn carried_meta(key: &[u8]) -> bool {
 /// # Errors
 /// On an I/O or read failure, or once `cancel` is set.
 pub fn write(file: &File, meta: &Meta, view: &View, cancel: &AtomicBool) -> io::Result<u64> {
-    let mut out = BufWriter::with_capacity(BUFFER, file);
-    // Synced as it grows, though nothing needs it on disk: gigabytes of dirty pages flushed
-    // at once would make the Raft log's own syncs, on the same disk, wait behind them.
-    let mut synced = |out: &mut BufWriter<&File>, _| {
-        out.flush()?;
-        out.get_ref().sync_data()
+    let mut out = Synced {
+        out: BufWriter::with_capacity(BUFFER, file),
+        unsynced: 0,
     };
-    let written = encode(&mut out, meta, view, cancel, SYNC_EVERY, &mut synced)?;
+    let written = encode(&mut out, meta, view, cancel)?;
     out.flush()?;
     Ok(written)
 }
 
-/// Writes the snapshot of `view` described by `meta` to `out`, calling `checkpoint` with the
-/// bytes written so far after every `every` bytes or more. Returns the bytes written.
+/// A file written through a buffer and synced every [`SYNC_EVERY`] bytes, though nothing needs
+/// it on disk: gigabytes of dirty pages flushed at once would make the Raft log's own syncs, on
+/// the same disk, wait behind them.
+struct Synced<'a> {
+    out: BufWriter<&'a File>,
+    unsynced: usize,
+}
+
+impl Write for Synced<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.unsynced += n;
+        if self.unsynced >= SYNC_EVERY {
+            self.out.flush()?;
+            self.out.get_ref().sync_data()?;
+            self.unsynced = 0;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// Writes the snapshot of `view` described by `meta` to `out`. Returns the bytes written.
 ///
 /// # Errors
-/// On an I/O or read failure, what `checkpoint` returns, or once `cancel` is set.
+/// On an I/O or read failure, or once `cancel` is set.
 pub fn encode<W: Write>(
     out: &mut W,
     meta: &Meta,
     view: &View,
     cancel: &AtomicBool,
-    every: usize,
-    checkpoint: &mut dyn FnMut(&mut W, u64) -> io::Result<()>,
 ) -> io::Result<u64> {
     let meta_bytes = bincode::serialize(meta).map_err(bad)?;
     out.write_all(MAGIC)?;
     write_len(out, meta_bytes.len())?;
     out.write_all(&meta_bytes)?;
     let mut written = (MAGIC.len() + 4 + meta_bytes.len()) as u64;
-    let mut unchecked = 0usize;
     let mut record = |out: &mut W, space: Space, k: &[u8], v: &[u8]| {
         if cancel.load(Ordering::Relaxed) {
             return Err(io::Error::other("snapshot no longer wanted"));
@@ -104,12 +122,7 @@ pub fn encode<W: Write>(
         out.write_all(k)?;
         write_len(out, v.len())?;
         out.write_all(v)?;
-        unchecked += 9 + k.len() + v.len();
         written += (9 + k.len() + v.len()) as u64;
-        if unchecked >= every {
-            unchecked = 0;
-            checkpoint(out, written)?;
-        }
         Ok::<(), io::Error>(())
     };
     for space in [Space::Kv, Space::Lease] {
@@ -151,18 +164,17 @@ impl Reader<File> {
         Reader::new(File::open(path)?)
     }
 
-    /// Gives the disk space of the file's records before `upto` (an offset [`Self::position`]
-    /// returned) back to the file system, as a hole: they read as zeros afterwards. The header
-    /// is kept. Returns whether the file system could (not every one punches holes). The file
-    /// must be open for writing.
+    /// Gives the disk space of the records read so far back to the file system, as a hole:
+    /// they read as zeros afterwards. The header is kept. Returns whether the file system could
+    /// (not every one punches holes). The file must be open for writing.
     ///
     /// # Errors
     /// On an I/O failure other than the file system's not punching holes.
-    pub fn release_before(&self, upto: u64) -> io::Result<bool> {
+    pub fn release_read(&self) -> io::Result<bool> {
         use rustix::fs::FallocateFlags;
         const BLOCK: u64 = 4096;
         let from = self.records_start.div_ceil(BLOCK) * BLOCK;
-        let to = upto.min(self.position) / BLOCK * BLOCK;
+        let to = self.position / BLOCK * BLOCK;
         if to <= from {
             return Ok(true);
         }

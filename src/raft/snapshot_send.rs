@@ -150,15 +150,8 @@ impl Stream {
         tokio::task::spawn_blocking(move || {
             let started = std::time::Instant::now();
             let mut out = PieceWriter::new(piece, tx.clone());
-            let written = snapshot_file::encode(
-                &mut out,
-                &meta,
-                &view,
-                &stop,
-                usize::MAX,
-                &mut |_, _| Ok(()),
-            )
-            .and_then(|written| out.finish().map(|()| written));
+            let written = snapshot_file::encode(&mut out, &meta, &view, &stop)
+                .and_then(|written| out.finish().map(|()| written));
             match written {
                 Ok(bytes) => tracing::info!(
                     bytes,

@@ -303,7 +303,7 @@ impl SnapshotFiles {
             records += 1;
             if reader.position() - recorded >= self.install_step {
                 recorded = reader.position();
-                self.record_progress(storage, &mut out, &reader, &mut path, recorded)?;
+                self.record_progress(storage, &mut out, &reader, &mut path)?;
                 steps += 1;
                 #[cfg(test)]
                 if self.stop_after_steps == Some(steps) {
@@ -330,7 +330,7 @@ impl SnapshotFiles {
         Ok(())
     }
 
-    /// Makes the records read before `upto` durable in the state, records `upto` as the
+    /// Makes the records `reader` has read durable in the state, records its position as the
     /// install's progress, then gives their part of the received file at `path` back to the
     /// disk: renamed first to `snapshot.recv.partly-installed`, which a build that does not
     /// know the progress (and would read the holes as the records' end) does not look for.
@@ -340,10 +340,10 @@ impl SnapshotFiles {
         out: &mut Batches,
         reader: &Reader<std::fs::File>,
         path: &mut PathBuf,
-        upto: u64,
     ) -> io::Result<()> {
         out.flush()?;
         let mut progress = storage.batch();
+        let upto = reader.position();
         progress.insert(Space::Meta, meta_key::INSTALL_PROGRESS, &upto.to_be_bytes());
         progress.commit()?;
         storage.persist_state()?;
@@ -353,7 +353,7 @@ impl SnapshotFiles {
             sync_dir(&self.dir)?;
             *path = partly;
         }
-        if !reader.release_before(upto)? {
+        if !reader.release_read()? {
             tracing::debug!("the file system punches no holes: the received snapshot keeps its disk space until installed");
         }
         Ok(())

@@ -182,17 +182,20 @@ fn sent(dir: &Path, index: u64) -> io::Result<(Storage, Meta, std::fs::File)> {
     Ok((a, m, made))
 }
 
-/// Member b's snapshot files in `b_dir`, installing in steps of 64 KiB and stopping after
-/// `stop` of them, and the file it received `made` into.
+/// Member b in `b_dir` with an old state of `old` records, its snapshot files installing in
+/// steps of 64 KiB and stopping after `stop` of them, and the file it received `made` into.
 fn received(
     b_dir: &Path,
+    old: usize,
     made: &mut std::fs::File,
     stop: Option<u32>,
-) -> io::Result<(SnapshotFiles, PathBuf)> {
+) -> io::Result<(Storage, SnapshotFiles, PathBuf)> {
+    let b = Storage::open(b_dir)?;
+    fill(&b, "old", old)?;
     let files = SnapshotFiles::new(b_dir).with_install_step(64 << 10, stop);
     let path = files.start_receiving();
     io::copy(made, &mut std::fs::File::create(&path)?)?;
-    Ok((files, path))
+    Ok((b, files, path))
 }
 
 /// The names of the snapshot files in `dir`.
@@ -213,9 +216,7 @@ fn a_long_install_gives_the_received_file_back_and_resumes_where_it_stopped() ->
 
     // Member b, with an old state, receives the snapshot and stops eight steps of 64 KiB into
     // its install.
-    let b = Storage::open(&b_dir)?;
-    fill(&b, "old", 2000)?;
-    let (files, path) = received(&b_dir, &mut made, Some(8))?;
+    let (b, files, path) = received(&b_dir, 2000, &mut made, Some(8))?;
     let size = std::fs::metadata(&path)?.len();
     let stopped = files.install_received(&b, &m, std::fs::File::open(&path)?);
     assert!(stopped.is_err(), "the test hook stops the install");
@@ -266,9 +267,7 @@ fn an_uninterrupted_install_records_progress_and_leaves_none() -> io::Result<()>
     let dir = tempfile::tempdir()?;
     let b_dir = dir.path().join("b");
     let (a, m, mut made) = sent(dir.path(), 41)?;
-    let b = Storage::open(&b_dir)?;
-    fill(&b, "old", 100)?;
-    let (files, path) = received(&b_dir, &mut made, None)?;
+    let (b, files, path) = received(&b_dir, 100, &mut made, None)?;
     files.install_received(&b, &m, std::fs::File::open(&path)?)?;
     assert_eq!(kv(&b)?, kv(&a)?);
     assert_eq!(b.get(Space::Meta, meta_key::INSTALL_PROGRESS)?, None);
