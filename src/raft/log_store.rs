@@ -22,6 +22,11 @@ use openraft::{AnyError, LogId, OptionalSend, RaftLogReader, StorageError, Stora
 use super::TypeConfig;
 use crate::storage::Storage;
 
+mod limit;
+mod recent;
+
+use recent::Recent;
+
 type Entry = openraft::Entry<TypeConfig>;
 
 const VOTE: &str = "vote";
@@ -49,17 +54,12 @@ enum Job {
     Drain(mpsc::Sender<Result<(), String>>),
 }
 
-/// Decoded entries kept for readers: openraft reads each entry back right after appending it
-/// (to apply it, and once per follower to replicate it), and a read from fjall plus bincode
-/// decoding cost more than a clone.
-const RECENT_ENTRIES: usize = 256;
-
 struct Shared {
     buffer: Mutex<Buffer>,
     next_seq: Mutex<u64>,
-    /// The last appended entries, decoded (at most [`RECENT_ENTRIES`]); kept equal to the log
-    /// by `append`, `truncate` and `purge`.
-    recent: Mutex<BTreeMap<u64, Entry>>,
+    /// The last appended entries, decoded; kept equal to the log by `append`, `truncate` and
+    /// `purge`.
+    recent: Mutex<Recent>,
     /// The index after the purged one: the segment files still hold entries below it until
     /// their whole segment goes, and readers must not see them.
     first_readable: std::sync::atomic::AtomicU64,
@@ -70,20 +70,8 @@ impl Shared {
         self.buffer.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn recent(&self) -> MutexGuard<'_, BTreeMap<u64, Entry>> {
+    fn recent(&self) -> MutexGuard<'_, Recent> {
         self.recent.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The entries `start..end` if every one of them is in the recent cache.
-    fn cached(&self, start: u64, end: u64) -> Option<Vec<Entry>> {
-        let recent = self.recent();
-        let first = *recent.keys().next()?;
-        let last = *recent.keys().next_back()?;
-        if start < first || end > last.saturating_add(1) || start >= end {
-            return None;
-        }
-        // Indexes are contiguous in the cache (appends are, and trims cut at the ends).
-        Some(recent.range(start..end).map(|(_, e)| e.clone()).collect())
     }
 }
 
@@ -111,7 +99,7 @@ impl LogStore {
         let shared = Arc::new(Shared {
             buffer: Mutex::new(BTreeMap::new()),
             next_seq: Mutex::new(0),
-            recent: Mutex::new(BTreeMap::new()),
+            recent: Mutex::default(),
             first_readable: purged.map_or(0, |p| p.index.saturating_add(1)).into(),
         });
         let syncer = Syncer::start(storage.clone(), shared.clone());
@@ -361,7 +349,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
                 .first_readable
                 .load(std::sync::atomic::Ordering::Acquire),
         );
-        if let Some(entries) = self.shared.cached(start, end) {
+        if let Some(entries) = self.shared.recent().get(start, end) {
             return Ok(entries);
         }
         // The buffer first: an entry the sync thread moves from it to disk meanwhile is then
@@ -385,6 +373,17 @@ impl RaftLogReader<TypeConfig> for LogStore {
         raw.values()
             .map(|b| bincode::deserialize::<Entry>(b).map_err(read_err))
             .collect()
+    }
+
+    /// What one AppendEntries carries: openraft's count of entries, and at most
+    /// [`limit::APPEND_BYTES`] of them (see `log_store/limit.rs`).
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry>, StorageError<u64>> {
+        let end = self.end_within(start, end, limit::APPEND_BYTES);
+        self.try_get_log_entries(start..end).await
     }
 }
 
@@ -518,20 +517,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             let mut recent = self.shared.recent();
             // Only after every entry encoded: a failed append leaves the cache as it was.
             for e in decoded {
-                // A gap (never expected: openraft appends contiguously) restarts the cache.
-                if recent
-                    .keys()
-                    .next_back()
-                    .is_some_and(|last| last.saturating_add(1) < e.log_id.index)
-                {
-                    recent.clear();
-                }
-                // Appending at an index replaces it and everything after it.
-                recent.split_off(&e.log_id.index);
-                recent.insert(e.log_id.index, e);
-            }
-            while recent.len() > RECENT_ENTRIES {
-                recent.pop_first();
+                recent.appended(e);
             }
         }
         {
@@ -554,7 +540,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
         self.drain().await?;
-        self.shared.recent().split_off(&log_id.index);
+        self.shared.recent().truncate(log_id.index);
         self.storage.truncate_log(log_id.index).map_err(write_err)
     }
 
@@ -583,10 +569,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             );
             return Ok(());
         }
-        {
-            let mut recent = self.shared.recent();
-            *recent = recent.split_off(&log_id.index.saturating_add(1));
-        }
+        self.shared.recent().purge(log_id.index);
         // From here on openraft reads nothing at or below `log_id`, and neither does a restart
         // (the log starts after the purged id): the entries themselves go in the background.
         // Deleting them here held up openraft's core, so every write, for as long as it took:

@@ -494,6 +494,15 @@ impl Storage {
         Ok(self.wal.read(from, to)?)
     }
 
+    /// The stored length of each log entry with `from <= index < to` the log holds, by index,
+    /// without reading them.
+    pub fn log_record_lens(&self, from: u64, to: u64) -> Vec<(u64, u64)> {
+        if from >= to {
+            return Vec::new();
+        }
+        self.wal.record_lens(from, to)
+    }
+
     /// The last log entry, if any.
     ///
     /// # Errors

@@ -480,6 +480,26 @@ impl Wal {
         self.synced_end.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// The length of each record with `from <= index < to` that the log holds, by index: what
+    /// a read of them would take, without reading them.
+    pub fn record_lens(&self, from: u64, to: u64) -> Vec<(u64, u64)> {
+        let inner = self.inner();
+        let start = inner
+            .segments
+            .range(..=from)
+            .next_back()
+            .map_or(from, |(k, _)| *k);
+        let mut lens = Vec::new();
+        for s in inner.segments.range(start..to).map(|(_, s)| s) {
+            for index in from.max(s.first)..to.min(s.end()) {
+                if let Some((_, len)) = s.span(index) {
+                    lens.push((index, len));
+                }
+            }
+        }
+        lens
+    }
+
     /// The entries with `from <= index < to` that the log holds, in order.
     ///
     /// # Errors
