@@ -68,6 +68,19 @@ def disk_used(path):
     return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
+def dir_bytes(path):
+    """Bytes allocated to the files under `path` (as `du -sb` counts them), skipping files that
+    go while it looks (etcd renames and removes its WAL's temporary files: `du` then fails)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
 def drop_page_cache():
     """Writes back and drops the kernel's page cache (root): what is read next comes from disk."""
     subprocess.run(["sync"], check=True)
@@ -89,8 +102,7 @@ def run(label, server, etcdctl, bench, keys, value_size, work, opts):
         load_s = time.time() - started
         time.sleep(2)
         rss_after_load = rss_mib(m0.pid)
-        disk = int(subprocess.run(["du", "-sb", f"{d}/m0"], capture_output=True, text=True,
-                                  check=True).stdout.split()[0])
+        disk = dir_bytes(f"{d}/m0")
         stop([m0])
         if opts.cold_restart:
             drop_page_cache()
@@ -161,8 +173,7 @@ def run(label, server, etcdctl, bench, keys, value_size, work, opts):
         join_s = time.time() - started
         peaks = peak.done()
         join_disk = round((disk_peak.done()["used"] - disk_base) / 2**30, 2)
-        newcomer_disk = int(subprocess.run(["du", "-sb", f"{d}/m1"], capture_output=True,
-                                           text=True, check=True).stdout.split()[0])
+        newcomer_disk = dir_bytes(f"{d}/m1")
         # The newcomer's own steady memory, to set its peak against (the issue's target: at
         # most 256 MiB above it).
         time.sleep(5)

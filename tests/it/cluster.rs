@@ -129,6 +129,18 @@ impl Drop for Procs {
     }
 }
 
+/// Resident memory of process `pid` in MiB (0 once it is gone).
+pub fn rss_mib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib / 1024)
+}
+
 /// A free TCP port on 127.0.0.1.
 ///
 /// Taken below Linux's ephemeral range (32768 and up): a port the kernel handed out for port 0

@@ -11,6 +11,7 @@ mod kv_cluster;
 mod kv_single;
 mod lease;
 mod lock;
+mod log_catch_up;
 mod maintenance;
 mod membership;
 mod memory_limit;

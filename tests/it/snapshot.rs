@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use concord::pb::etcdserverpb::maintenance_client::MaintenanceClient;
 use concord::pb::etcdserverpb::{HashKvRequest, PutRequest, SnapshotRequest};
 
-use crate::cluster::{as_strings, put_numbered, put_retrying, range_k, Cluster, TestResult};
+use crate::cluster::{
+    as_strings, put_numbered, put_retrying, range_k, rss_mib, Cluster, TestResult,
+};
 use crate::memory_limit::MemoryLimit;
 
 /// Every `k…` key member `m` serves on its own (serializable), if it answers.
@@ -156,18 +158,6 @@ async fn a_member_that_stays_down_costs_its_leader_no_snapshot_copies() -> TestR
             .join("\n")
     );
     Ok(())
-}
-
-/// Resident memory of process `pid` in MiB (0 once it is gone).
-fn rss_mib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .map_or(0, |kib| kib / 1024)
 }
 
 /// `etcdctl snapshot save` of a state several times the memory the save may take: where the

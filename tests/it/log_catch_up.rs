@@ -1,0 +1,104 @@
+//! A member far behind catching up through the log, not a snapshot, with large values: the
+//! leader's appends carry a bounded number of bytes, so neither the leader nor the newcomer
+//! holds memory in proportion to what is sent. (With 300 entries per append whatever their
+//! size, each append timed out and was sent again, and the leader grew to gigabytes.)
+
+use std::time::{Duration, Instant};
+
+use concord::pb::etcdserverpb::cluster_client::ClusterClient;
+use concord::pb::etcdserverpb::maintenance_client::MaintenanceClient;
+use concord::pb::etcdserverpb::{HashKvRequest, MemberAddRequest, PutRequest, StatusRequest};
+
+use crate::cluster::{rss_mib, Cluster, TestResult};
+
+/// The revision member `i` has applied, if it answers.
+async fn applied_revision(c: &Cluster, i: usize) -> Option<i64> {
+    let mut m = MaintenanceClient::connect(c.client_url(i).ok()?)
+        .await
+        .ok()?;
+    let status = m.status(StatusRequest {}).await.ok()?.into_inner();
+    status.header.map(|h| h.revision)
+}
+
+/// HashKV of member `i` at `revision`.
+async fn hash_at(c: &Cluster, i: usize, revision: i64) -> TestResult<u32> {
+    let mut m = MaintenanceClient::connect(c.client_url(i)?).await?;
+    Ok(m.hash_kv(HashKvRequest { revision })
+        .await?
+        .into_inner()
+        .hash)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newcomer_catches_up_through_the_log_without_either_member_growing() -> TestResult {
+    // etcd's default snapshot count: the whole history stays in the log, which is what the
+    // newcomer is sent. A small block cache, so that what is measured is the transfer's memory.
+    let mut c = Cluster::start_with(1, &["--storage-cache-bytes", "4194304"])?;
+    c.wait_leader(Duration::from_secs(20)).await?;
+    let leader = c.pid(0).ok_or("not running")?;
+    // 96 MiB of values, 96 KiB each, from 8 writers: entries of several puts each.
+    let (values, size) = (1024usize, 96 << 10);
+    let mut writers = Vec::new();
+    for w in 0..8 {
+        let mut kv = c.kv(0).await?;
+        writers.push(tokio::spawn(async move {
+            for i in (w..values).step_by(8) {
+                let value: Vec<u8> = (0..size).map(|j| (i * 31 + j) as u8).collect();
+                kv.put(PutRequest {
+                    key: format!("big/{i:05}").into_bytes(),
+                    value,
+                    ..Default::default()
+                })
+                .await?;
+            }
+            Ok::<(), tonic::Status>(())
+        }));
+    }
+    for w in writers {
+        w.await??;
+    }
+    let state_mib = (values * size) as u64 >> 20;
+    let revision = applied_revision(&c, 0).await.ok_or("no status")?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let steady = rss_mib(leader);
+
+    let (m1, url1) = c.add_spec()?;
+    ClusterClient::connect(c.client_url(0)?)
+        .await?
+        .member_add(MemberAddRequest {
+            peer_ur_ls: vec![url1],
+            is_learner: false,
+        })
+        .await?;
+    c.spawn(m1)?;
+    let newcomer = c.pid(m1).ok_or("newcomer not running")?;
+    let (mut leader_peak, mut newcomer_peak) = (steady, 0);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while applied_revision(&c, m1).await.is_none_or(|r| r < revision) {
+        if Instant::now() > deadline {
+            return Err(format!("the newcomer never caught up\n{}", c.log_tails(30)).into());
+        }
+        leader_peak = leader_peak.max(rss_mib(leader));
+        newcomer_peak = newcomer_peak.max(rss_mib(newcomer));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    eprintln!(
+        "{state_mib} MiB sent through the log: leader {steady} -> peak {leader_peak} MiB, \
+         newcomer peak {newcomer_peak} MiB"
+    );
+    assert_eq!(c.snapshots_installed(m1).await?, 0, "sent a snapshot");
+    assert_eq!(
+        hash_at(&c, m1, revision).await?,
+        hash_at(&c, 0, revision).await?
+    );
+    let grew = leader_peak.saturating_sub(steady);
+    assert!(
+        grew * 2 < state_mib,
+        "the leader grew by {grew} MiB (from {steady}) to send {state_mib} MiB through its log"
+    );
+    assert!(
+        newcomer_peak < 2 * state_mib + 64,
+        "the newcomer peaked at {newcomer_peak} MiB to receive {state_mib} MiB"
+    );
+    Ok(())
+}
