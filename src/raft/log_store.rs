@@ -284,19 +284,19 @@ impl Syncer {
     }
 
     fn write_and_sync(storage: &Storage, shared: &Shared) -> Result<(), String> {
-        let batch: Vec<(u64, u64, Vec<u8>)> = shared
+        // Copied once, so that appends go on while these are written and synced.
+        let (entries, seqs): (Vec<(u64, Vec<u8>)>, Vec<u64>) = shared
             .buffer()
             .iter()
-            .map(|(i, (seq, b))| (*i, *seq, b.clone()))
-            .collect();
-        let entries: Vec<(u64, Vec<u8>)> = batch.iter().map(|(i, _, b)| (*i, b.clone())).collect();
+            .map(|(i, (seq, b))| ((*i, b.clone()), *seq))
+            .unzip();
         storage.append_log(&entries).map_err(|e| e.to_string())?;
         let started = std::time::Instant::now();
         slow_disk_failpoint();
         storage.persist_log().map_err(|e| e.to_string())?;
         crate::metrics::WAL_FSYNC.observe(started.elapsed());
         let mut buffer = shared.buffer();
-        for (index, seq, _) in batch {
+        for ((index, _), seq) in entries.into_iter().zip(seqs) {
             // Keep an entry that was replaced (truncated and appended again) meanwhile.
             if buffer.get(&index).is_some_and(|(s, _)| *s == seq) {
                 buffer.remove(&index);
