@@ -85,6 +85,18 @@ struct Inner {
     pool: recycle::Pool,
 }
 
+impl Inner {
+    /// The segments that may hold entries with `from <= index < to`, in order.
+    fn holding(&self, from: u64, to: u64) -> impl Iterator<Item = &Segment> {
+        let start = self
+            .segments
+            .range(..=from)
+            .next_back()
+            .map_or(from, |(k, _)| *k);
+        self.segments.range(start..to).map(|(_, s)| s)
+    }
+}
+
 /// The Raft log's segment files in one directory.
 pub struct Wal {
     dir: PathBuf,
@@ -484,13 +496,8 @@ impl Wal {
     /// a read of them would take, without reading them.
     pub fn record_lens(&self, from: u64, to: u64) -> Vec<(u64, u64)> {
         let inner = self.inner();
-        let start = inner
-            .segments
-            .range(..=from)
-            .next_back()
-            .map_or(from, |(k, _)| *k);
         let mut lens = Vec::new();
-        for s in inner.segments.range(start..to).map(|(_, s)| s) {
+        for s in inner.holding(from, to) {
             for index in from.max(s.first)..to.min(s.end()) {
                 if let Some((_, len)) = s.span(index) {
                     lens.push((index, len));
@@ -510,12 +517,7 @@ impl Wal {
         let mut spans = Vec::new();
         {
             let inner = self.inner();
-            let start = inner
-                .segments
-                .range(..=from)
-                .next_back()
-                .map_or(from, |(k, _)| *k);
-            for s in inner.segments.range(start..to).map(|(_, s)| s) {
+            for s in inner.holding(from, to) {
                 let (lo, hi) = (from.max(s.first), to.min(s.end()));
                 if lo >= hi {
                     continue;

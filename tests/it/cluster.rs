@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use concord::pb::etcdserverpb::kv_client::KvClient;
 use concord::pb::etcdserverpb::maintenance_client::MaintenanceClient;
-use concord::pb::etcdserverpb::StatusRequest;
+use concord::pb::etcdserverpb::{PutRequest, StatusRequest};
 use tonic::transport::Channel;
 
 pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
@@ -19,7 +19,7 @@ pub async fn put(
 ) -> TestResult<i64> {
     let mut kv = c.kv(member).await?;
     let resp = kv
-        .put(concord::pb::etcdserverpb::PutRequest {
+        .put(PutRequest {
             key: key.into(),
             value: value.as_ref().to_vec(),
             ..Default::default()
@@ -127,6 +127,31 @@ impl Drop for Procs {
             let _ = c.wait();
         }
     }
+}
+
+/// Puts `count` distinct values of `size` bytes each (`big/00000`…) through member 0, from 8
+/// writers at once (so that entries carry several puts each).
+pub async fn put_big_values(c: &Cluster, count: usize, size: usize) -> TestResult {
+    let mut writers = Vec::new();
+    for w in 0..8 {
+        let mut kv = c.kv(0).await?;
+        writers.push(tokio::spawn(async move {
+            for i in (w..count).step_by(8) {
+                let value: Vec<u8> = (0..size).map(|j| (i * 31 + j) as u8).collect();
+                kv.put(PutRequest {
+                    key: format!("big/{i:05}").into_bytes(),
+                    value,
+                    ..Default::default()
+                })
+                .await?;
+            }
+            Ok::<(), tonic::Status>(())
+        }));
+    }
+    for w in writers {
+        w.await??;
+    }
+    Ok(())
 }
 
 /// Resident memory of process `pid` in MiB (0 once it is gone).

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use concord::pb::etcdserverpb::cluster_client::ClusterClient;
 use concord::pb::etcdserverpb::maintenance_client::MaintenanceClient;
-use concord::pb::etcdserverpb::{HashKvRequest, MemberAddRequest, PutRequest, StatusRequest};
+use concord::pb::etcdserverpb::{HashKvRequest, MemberAddRequest, StatusRequest};
 
-use crate::cluster::{rss_mib, Cluster, TestResult};
+use crate::cluster::{put_big_values, rss_mib, Cluster, TestResult};
 
 /// The revision member `i` has applied, if it answers.
 async fn applied_revision(c: &Cluster, i: usize) -> Option<i64> {
@@ -38,25 +38,7 @@ async fn a_newcomer_catches_up_through_the_log_without_either_member_growing() -
     let leader = c.pid(0).ok_or("not running")?;
     // 96 MiB of values, 96 KiB each, from 8 writers: entries of several puts each.
     let (values, size) = (1024usize, 96 << 10);
-    let mut writers = Vec::new();
-    for w in 0..8 {
-        let mut kv = c.kv(0).await?;
-        writers.push(tokio::spawn(async move {
-            for i in (w..values).step_by(8) {
-                let value: Vec<u8> = (0..size).map(|j| (i * 31 + j) as u8).collect();
-                kv.put(PutRequest {
-                    key: format!("big/{i:05}").into_bytes(),
-                    value,
-                    ..Default::default()
-                })
-                .await?;
-            }
-            Ok::<(), tonic::Status>(())
-        }));
-    }
-    for w in writers {
-        w.await??;
-    }
+    put_big_values(&c, values, size).await?;
     let state_mib = (values * size) as u64 >> 20;
     let revision = applied_revision(&c, 0).await.ok_or("no status")?;
     tokio::time::sleep(Duration::from_secs(1)).await;

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use concord::pb::etcdserverpb::maintenance_client::MaintenanceClient;
-use concord::pb::etcdserverpb::{HashKvRequest, PutRequest, SnapshotRequest};
+use concord::pb::etcdserverpb::{HashKvRequest, SnapshotRequest};
 
 use crate::cluster::{
-    as_strings, put_numbered, put_retrying, range_k, rss_mib, Cluster, TestResult,
+    as_strings, put_big_values, put_numbered, put_retrying, range_k, rss_mib, Cluster, TestResult,
 };
 use crate::memory_limit::MemoryLimit;
 
@@ -182,25 +182,7 @@ async fn a_snapshot_save_streams_a_large_state_with_little_memory() -> TestResul
     let pid = c.pid(0).ok_or("not running")?;
     // 96 MiB of values, 16 KiB each, from 8 writers.
     let (values, size) = (6144usize, 16 << 10);
-    let mut writers = Vec::new();
-    for w in 0..8 {
-        let mut kv = c.kv(0).await?;
-        writers.push(tokio::spawn(async move {
-            for i in (w..values).step_by(8) {
-                let value: Vec<u8> = (0..size).map(|j| (i * 31 + j) as u8).collect();
-                kv.put(PutRequest {
-                    key: format!("big/{i:05}").into_bytes(),
-                    value,
-                    ..Default::default()
-                })
-                .await?;
-            }
-            Ok::<(), tonic::Status>(())
-        }));
-    }
-    for w in writers {
-        w.await??;
-    }
+    put_big_values(&c, values, size).await?;
     let state_mib = (values * size) as u64 >> 20;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let steady = rss_mib(pid);
