@@ -69,7 +69,7 @@ def disk_used(path):
 
 
 def dir_bytes(path):
-    """Bytes allocated to the files under `path` (as `du -sb` counts them), skipping files that
+    """Apparent size of the files under `path` (what `du -sb` counts), skipping files that
     go while it looks (etcd renames and removes its WAL's temporary files: `du` then fails)."""
     total = 0
     for root, _, files in os.walk(path):

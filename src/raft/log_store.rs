@@ -382,8 +382,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         start: u64,
         end: u64,
     ) -> Result<Vec<Entry>, StorageError<u64>> {
-        let end = self.end_within(start, end, limit::APPEND_BYTES);
-        self.try_get_log_entries(start..end).await
+        self.entries_within(start, end, limit::APPEND_BYTES).await
     }
 }
 

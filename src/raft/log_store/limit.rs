@@ -9,33 +9,47 @@
 
 use std::collections::BTreeMap;
 
-use super::LogStore;
+use openraft::{RaftLogReader, StorageError};
+
+use super::{Entry, LogStore};
 
 /// Bytes of entries one AppendEntries carries at most, and at least one entry however large
 /// it is (etcd's `MaxSizePerMsg`).
 pub(super) const APPEND_BYTES: u64 = 1 << 20;
 
 impl LogStore {
-    /// The end of the run of entries from `start` (before `end`) whose sizes add up to at most
-    /// `budget`, with at least one entry. The sizes come from where each entry is: the decoded
-    /// recent entries, the write-behind buffer, or the log's record lengths; an entry found in
-    /// none of them (below the purged index) ends the count, and the range is left as asked.
-    pub(super) fn end_within(&self, start: u64, end: u64, budget: u64) -> u64 {
+    /// The entries of one AppendEntries from `start` (before `end`): at most `budget` bytes of
+    /// them, and at least one. A follower keeping up is sent the newest entries, which the
+    /// recent cache holds decoded; one further behind is sent entries sized by where they are
+    /// (the write-behind buffer, or the log's record lengths) before any is read.
+    pub(super) async fn entries_within(
+        &mut self,
+        start: u64,
+        end: u64,
+        budget: u64,
+    ) -> Result<Vec<Entry>, StorageError<u64>> {
+        if let Some(entries) = self.shared.recent().get_within(start, end, budget) {
+            return Ok(entries);
+        }
+        let end = self.end_within(start, end, budget);
+        self.try_get_log_entries(start..end).await
+    }
+
+    /// The end of the run of entries from `start` (before `end`) whose stored sizes add up to
+    /// at most `budget`, with at least one entry. Every entry is in the write-behind buffer or
+    /// the log's files; one in neither (below the purged index) ends the count, and the range
+    /// is then left as asked.
+    fn end_within(&self, start: u64, end: u64, budget: u64) -> u64 {
         if end.saturating_sub(start) <= 1 {
             return end;
         }
-        let mut sizes: BTreeMap<u64, u64> = self.shared.recent().sizes(start, end).collect();
-        // The common case (a follower keeping up): every entry is among the recent ones.
-        let covered = sizes.len() as u64 == end - start;
-        if !covered {
-            let buffer = self.shared.buffer();
-            for (i, (_, bytes)) in buffer.range(start..end) {
-                sizes.entry(*i).or_insert(bytes.len() as u64);
-            }
-            drop(buffer);
-            for (i, len) in self.storage.log_record_lens(start, end) {
-                sizes.entry(i).or_insert(len);
-            }
+        let mut sizes: BTreeMap<u64, u64> = self
+            .storage
+            .log_record_lens(start, end)
+            .into_iter()
+            .collect();
+        for (i, (_, bytes)) in self.shared.buffer().range(start..end) {
+            sizes.insert(*i, bytes.len() as u64);
         }
         let mut total = 0u64;
         for index in start..end {
@@ -64,27 +78,33 @@ mod tests {
         Ok(entries.iter().map(|e| e.log_id.index).collect())
     }
 
-    /// Ten puts of 300 KiB in the log's files, then two of 2 MiB and twenty small ones among
-    /// the recent entries: an append carries at most 1 MiB of them, and one entry however
-    /// large; small entries are bounded by openraft's count alone.
+    /// Ten puts of 300 KiB, then two of 2 MiB and twenty small ones, the last 22 also among the
+    /// recent entries: an append carries at most 1 MiB of them, and one entry however large,
+    /// whether read from the files or the cache; small entries are bounded by openraft's count
+    /// alone.
     #[tokio::test]
     async fn an_append_carries_at_most_a_mebibyte_and_at_least_one_entry(
     ) -> Result<(), StorageError<u64>> {
         let err = |e: &dyn std::fmt::Display| write_err(e.to_string());
         let dir = tempfile::tempdir().map_err(|e| err(&e))?;
         let storage = Storage::open(dir.path()).map_err(|e| err(&e))?;
-        let on_disk = (1..=10)
-            .map(|i| bincode::serialize(&put(i, 300 << 10)).map(|b| (i, b)))
+        let len = |i| match i {
+            1..=10 => 300 << 10,
+            11 | 12 => 2 << 20,
+            _ => 100,
+        };
+        let on_disk = (1..=32)
+            .map(|i| bincode::serialize(&put(i, len(i))).map(|b| (i, b)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| err(&e))?;
         storage.append_log(&on_disk).map_err(|e| err(&e))?;
         storage.persist_log().map_err(|e| err(&e))?;
         let mut log = LogStore::new(storage);
         {
+            // The newest entries are also kept decoded (as appending them does).
             let mut recent = log.shared.recent();
-            recent.appended(put(11, 2 << 20));
-            for i in 12..=32 {
-                recent.appended(put(i, if i == 12 { 2 << 20 } else { 100 }));
+            for i in 11..=32 {
+                recent.appended(put(i, len(i)));
             }
         }
         assert_eq!(sent(&mut log, 1, 33).await?, vec![1, 2, 3]);

@@ -39,9 +39,23 @@ impl Recent {
         )
     }
 
-    /// The size of each entry here with `start <= index < end`.
-    pub(super) fn sizes(&self, start: u64, end: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.entries.range(start..end).map(|(i, e)| (*i, size(e)))
+    /// The entries from `start` (before `end`) while their sizes add up to at most `budget`,
+    /// and at least one, if `start` is here: an AppendEntries' worth (`limit.rs`). The entries
+    /// here are the log's newest, so none after them is missed.
+    pub(super) fn get_within(&self, start: u64, end: u64, budget: u64) -> Option<Vec<Entry>> {
+        if start >= end || !self.entries.contains_key(&start) {
+            return None;
+        }
+        let mut total = 0u64;
+        let mut out = Vec::new();
+        for (_, e) in self.entries.range(start..end) {
+            total = total.saturating_add(size(e));
+            if total > budget && !out.is_empty() {
+                break;
+            }
+            out.push(e.clone());
+        }
+        Some(out)
     }
 
     /// Keeps `e`, just appended: it replaces any entry at or after its index, and an entry
@@ -84,7 +98,7 @@ impl Recent {
 }
 
 /// About the bytes an entry takes, in memory and in an AppendEntries: its command's encoding.
-pub(super) fn size(entry: &Entry) -> u64 {
+fn size(entry: &Entry) -> u64 {
     match &entry.payload {
         openraft::EntryPayload::Normal(cmd) => cmd.bytes().len() as u64,
         openraft::EntryPayload::Blank | openraft::EntryPayload::Membership(_) => 64,
@@ -161,6 +175,15 @@ pub(super) mod tests {
         assert_eq!(indexes(&r), vec![4, 5, 6]);
         assert_eq!(r.bytes, bytes_of(4..=5, 100) + bytes_of([6], 50));
         assert!(r.get(4, 7).is_some() && r.get(3, 5).is_none() && r.get(5, 8).is_none());
+        // An AppendEntries' worth: by bytes, at least one entry, none when `start` is not here.
+        let within = |r: &Recent, start, budget| {
+            r.get_within(start, 100, budget)
+                .map(|es| es.iter().map(|e| e.log_id.index).collect::<Vec<_>>())
+        };
+        assert_eq!(within(&r, 4, bytes_of(4..=5, 100)), Some(vec![4, 5]));
+        assert_eq!(within(&r, 4, 1), Some(vec![4]));
+        assert_eq!(within(&r, 5, u64::MAX), Some(vec![5, 6]));
+        assert_eq!(within(&r, 3, u64::MAX), None);
         // A gap starts afresh.
         r.appended(sized(20, 30));
         assert_eq!(indexes(&r), vec![20]);
