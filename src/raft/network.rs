@@ -220,8 +220,8 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 
 /// The openraft client of one peer.
 ///
-/// After a call that found no connection to the peer, an append waits up to half its time
-/// limit before it goes out, unless the peer says it is back (a `Hello` as it starts, or a
+/// After a call that found no connection to the peer, an append waits up to half a heartbeat
+/// interval before it goes out, unless the peer says it is back (a `Hello` as it starts, or a
 /// PreVote) or a leadership transfer's quiet ends. A leader then reaches a restarted member
 /// within milliseconds of its start, where openraft alone would wait out the whole retry
 /// interval (measured on 3 local members: the restarted member's first served write 26 ms
@@ -265,21 +265,23 @@ impl PeerClient {
     {
         let started = Instant::now();
         if self.unreachable && matches!(method, Method::Append { .. }) {
-            let _ = tokio::time::timeout(option.hard_ttl() / 2, self.back.changed()).await;
+            let _ = tokio::time::timeout(self.retry / 2, self.back.changed()).await;
         }
         // Seen before the call: a return signalled while it runs wakes the next wait.
         self.back.borrow_and_update();
         self.unreachable = false;
         self.last = method;
-        let deadline = option.hard_ttl().saturating_sub(started.elapsed());
-        self.try_call(method, req, deadline).await
+        self.try_call(method, req, option.hard_ttl(), started).await
     }
 
+    /// Sends `req` and waits for the answer until `limit` after `called`; an append that
+    /// carries entries gets at most [`append_time`] for its size.
     async fn try_call<Req, Resp, E>(
         &mut self,
         method: Method,
         req: &Req,
-        deadline: Duration,
+        limit: Duration,
+        called: Instant,
     ) -> Result<Resp, RPCError<u64, BasicNode, RaftError<u64, E>>>
     where
         Req: Serialize,
@@ -298,17 +300,30 @@ impl PeerClient {
         };
         let encode =
             || bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&e)));
+        let mut data = Some(encode()?);
+        let size = data.as_ref().map_or(0, Vec::len);
+        let limit = match method {
+            Method::Append { entries: true } => limit.min(append_time(self.retry, size)),
+            _ => limit,
+        };
+        let deadline = limit.saturating_sub(called.elapsed());
         let started = Instant::now();
         let mut reply = Err(Status::unimplemented("no replication stream"));
         if let Method::Append { entries } = method {
             let lane = (self.addr.as_str(), entries);
             if let Some(pipe) = self.pipes.to(lane, client, self.links.cluster_id) {
-                reply = pipe.call_within(encode()?, deadline).await;
+                if let Some(data) = data.take() {
+                    reply = pipe.call_within(data, deadline).await;
+                }
             }
         }
         // Not sent on a stream (a vote, a snapshot chunk, a peer without streams): a call.
         if matches!(&reply, Err(s) if s.code() == tonic::Code::Unimplemented) {
-            let mut request = tonic::Request::new(RaftPayload { data: encode()? });
+            let data = match data.take() {
+                Some(data) => data,
+                None => encode()?,
+            };
+            let mut request = tonic::Request::new(RaftPayload { data });
             request.set_timeout(deadline.saturating_sub(started.elapsed()));
             from_cluster(&mut request, self.links.cluster_id);
             reply = match method {
@@ -362,6 +377,20 @@ impl PeerClient {
             Err(s) => Err(format!("{}: {}", s.code(), s.message())),
         }
     }
+}
+
+/// How long an append of `size` encoded bytes may wait for its answer: one heartbeat interval,
+/// plus one more for each MiB it carries. The follower answers only once the entries are on its
+/// disk, and a message of a MiB or more (at most 1 MiB of entries, or one entry of up to twice
+/// `--max-request-bytes`) may take longer than a heartbeat interval to cross a link and be
+/// synced; abandoned at that point it was sent again from the same index, each time too late
+/// (RELIABILITY.md, bug 8). openraft caps it at one election timeout (its vendored patch).
+fn append_time(heartbeat: Duration, size: usize) -> Duration {
+    const MIB: u128 = 1 << 20;
+    let extra = heartbeat.as_nanos().saturating_mul(size as u128) / MIB;
+    heartbeat.saturating_add(Duration::from_nanos(
+        u64::try_from(extra).unwrap_or(u64::MAX),
+    ))
 }
 
 #[derive(Clone, Copy)]
@@ -527,6 +556,16 @@ mod tests {
     use super::*;
     use openraft::Vote;
 
+    #[test]
+    fn an_append_gets_a_heartbeat_interval_and_one_more_per_mib() {
+        let hb = Duration::from_millis(100);
+        assert_eq!(append_time(hb, 0), hb);
+        assert_eq!(append_time(hb, 4096), Duration::from_nanos(100_390_625));
+        assert_eq!(append_time(hb, 1 << 20), Duration::from_millis(200));
+        assert_eq!(append_time(hb, 3 << 20), Duration::from_millis(400));
+        assert_eq!(append_time(Duration::MAX, usize::MAX), Duration::MAX);
+    }
+
     fn heartbeat() -> AppendEntriesRequest<TypeConfig> {
         AppendEntriesRequest {
             vote: Vote::new_committed(1, 1),
@@ -544,12 +583,12 @@ mod tests {
         ));
         let links = Arc::new(Links::new(1, Arc::new(watch::channel(false).0), elector));
         let channels = Arc::new(PeerChannels::new(Duration::from_secs(1), None));
-        let mut factory = NetworkFactory::new(links.clone(), channels, Duration::from_millis(100));
+        // A retry interval of an hour: half an hour of waiting, unless woken.
+        let mut factory = NetworkFactory::new(links.clone(), channels, Duration::from_secs(3600));
         // Nothing listens on port 1: every call is refused.
         let mut client = factory
             .new_client(2, &BasicNode::new("http://127.0.0.1:1"))
             .await;
-        // Half an hour of waiting, unless woken.
         let option = RPCOption::new(Duration::from_secs(3600));
         let first = client.append_entries(heartbeat(), option.clone()).await;
         assert!(matches!(first, Err(RPCError::Unreachable(_))), "{first:?}");

@@ -444,15 +444,25 @@ where
             entries: logs,
         };
 
+        // Concord patch: an append that carries entries may wait for its answer up to an
+        // election timeout, a heartbeat one heartbeat interval. The follower answers only once
+        // the entries are on its disk, and a large message may take longer than a heartbeat
+        // interval to cross a link and be synced: abandoned then, it was sent again and again,
+        // each time too late. Concord's network narrows the limit to the message's size.
+        let the_timeout = if payload.entries.is_empty() {
+            Duration::from_millis(self.config.heartbeat_interval)
+        } else {
+            Duration::from_millis(self.config.heartbeat_interval.max(self.config.election_timeout_min))
+        };
+
         // Send the payload.
         tracing::debug!(
             payload=%payload.summary(),
             now = debug(leader_time),
             "start sending append_entries, timeout: {:?}",
-            self.config.heartbeat_interval
+            the_timeout
         );
 
-        let the_timeout = Duration::from_millis(self.config.heartbeat_interval);
         let option = RPCOption::new(the_timeout);
         let res = C::timeout(the_timeout, self.network.append_entries(payload, option)).await;
 
