@@ -24,6 +24,7 @@ mod route;
 mod session;
 mod snapshot_data;
 mod snapshot_file;
+mod snapshot_piece;
 mod snapshot_send;
 pub mod snapshots;
 mod state_machine;

@@ -450,7 +450,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         InstallSnapshotResponse<u64>,
         RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>,
     > {
-        self.call(Method::Snapshot, &rpc, &option).await
+        let piece = super::snapshot_piece::Outgoing(&rpc);
+        self.call(Method::Snapshot, &piece, &option).await
     }
 
     /// A snapshot in pieces of openraft's chunked protocol, each through

@@ -192,7 +192,8 @@ impl RaftPeer for PeerService {
         req: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
         self.check_cluster(&req)?;
-        let snapshot: openraft::raft::InstallSnapshotRequest<super::TypeConfig> = decode(req)?;
+        let snapshot = super::snapshot_piece::decode(&req.into_inner().data)
+            .map_err(|e| Status::invalid_argument(format!("bad raft payload: {e}")))?;
         let (vote, last) = (snapshot.vote, snapshot.done);
         let res = self.node.raft.install_snapshot(snapshot).await;
         if matches!(&res, Ok(r) if r.vote == vote) {
