@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 pub use super::snapshot_file::Record;
 use super::snapshot_file::{self, carried_meta, Meta, Reader};
-use crate::storage::{meta_key, Batch, Batches, Space, Storage, View};
+use crate::storage::{meta_key, Batch, Batches, Ingest, Space, Storage, View};
 
 /// Where earlier builds kept their latest snapshot, built every `--snapshot-count` entries:
 /// removed at start, unless an interrupted install still needs it.
@@ -289,20 +289,31 @@ impl SnapshotFiles {
         let mut path = path.to_path_buf();
         match resume {
             Some(offset) => reader.skip_to(offset)?,
-            None => clear_carried(storage, &mut out)?,
+            None => {
+                clear_carried(storage, &mut out)?;
+                // Committed before anything is ingested: what an ingestion registers is newer
+                // than these removals, never the other way round.
+                out.flush()?;
+            }
         }
         let mut records = 0u64;
         let mut recorded = reader.position();
         let mut steps = 0u32;
+        // The records (in key order, as the sender's view gave them) and their key-index
+        // entries go straight into tables; the few others through batches.
+        let mut ingest = Ingest::new(storage);
         while let Some(r) = reader.next_record()? {
             if r.space == Space::Kv {
                 let entry = crate::mvcc::disk::index_entry(&r.key, &r.value)?;
-                out.insert_value(Space::Index, &r.key, entry)?;
+                ingest.insert(Space::Index, &r.key, entry)?;
+                ingest.insert(Space::Kv, &r.key, r.value.into())?;
+            } else {
+                out.insert(r.space, &r.key, &r.value)?;
             }
-            out.insert(r.space, &r.key, &r.value)?;
             records += 1;
             if reader.position() - recorded >= self.install_step {
                 recorded = reader.position();
+                ingest.finish()?;
                 self.record_progress(storage, &mut out, &reader, &mut path)?;
                 steps += 1;
                 #[cfg(test)]
@@ -311,6 +322,7 @@ impl SnapshotFiles {
                 }
             }
         }
+        ingest.finish()?;
         out.flush()?;
         let mut last = applied_batch(storage, meta)?;
         last.remove(Space::Meta, meta_key::INSTALLING);

@@ -6,7 +6,7 @@ use super::{Space, Storage, StorageResult};
 /// A value built in place for a [`Batch`], which takes it without copying it (a value given
 /// as a slice is copied into fjall's own buffer).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Value(fjall::Slice);
+pub struct Value(pub(super) fjall::Slice);
 
 impl Value {
     /// A value of `len` bytes written by `fill`.

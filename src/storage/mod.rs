@@ -17,7 +17,9 @@
 //! | `index`     | [`Revision`] bytes (16)      | the record's tag + its key-index fields | v3    |
 //!
 //! A record of `kv` whose value its Raft log entry holds (4 KiB or more) is journaled as a
-//! reference to that entry, not whole ([`logged`]); tables always hold whole records.
+//! reference to that entry, not whole ([`logged`]); tables always hold whole records. A
+//! snapshot install writes `kv` and `index` straight into tables ([`Ingest`]), not through the
+//! journal.
 //!
 //! `index` repeats, for each record of `kv`, what the key index needs (key, create revision,
 //! version, lease) without the value, so that a start reads it instead of every value. It is
@@ -33,6 +35,7 @@ use std::sync::Arc;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 mod batch;
+mod ingest;
 pub mod logged;
 mod release;
 mod view;
@@ -40,6 +43,7 @@ mod wal;
 mod writeback;
 
 pub use batch::{Batch, Batches, Value};
+pub use ingest::Ingest;
 
 pub use view::View;
 
@@ -388,6 +392,17 @@ impl Storage {
     fn wait_for_flushes(&self) {
         let started = std::time::Instant::now();
         while self.db.write_buffer_size() > BULK_WRITE_BUFFER && started.elapsed() < BULK_WAIT_MAX {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+
+    /// For bulk ingestion ([`Ingest`]): waits while `keyspace` has `runs` or more sorted runs
+    /// in its first level (at most [`BULK_WAIT_MAX`]), so that its compaction keeps up and
+    /// fjall never stalls the writes that follow. Blocking.
+    fn wait_for_compactions(&self, keyspace: &Keyspace, runs: usize) {
+        use fjall::AbstractTree;
+        let started = std::time::Instant::now();
+        while keyspace.tree.l0_run_count() >= runs && started.elapsed() < BULK_WAIT_MAX {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
     }

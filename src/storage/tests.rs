@@ -307,3 +307,38 @@ fn flushed_values_let_their_log_entries_go() -> StorageResult<()> {
     assert_eq!(s.get(Space::Kv, b"k")?, Some(value));
     Ok(())
 }
+
+#[test]
+fn an_ingestion_is_seen_once_finished_and_refuses_keys_out_of_order() -> StorageResult<()> {
+    let dir = tempfile::tempdir()?;
+    let s = Storage::open(dir.path())?;
+    let mut ingest = Ingest::new(&s);
+    ingest.insert(Space::Kv, b"a", vec![1u8; 10_000].into())?;
+    ingest.insert(Space::Index, b"a", b"i".to_vec().into())?;
+    ingest.insert(Space::Kv, b"b", b"small".to_vec().into())?;
+    assert_eq!(
+        s.get(Space::Kv, b"a")?,
+        None,
+        "not seen before it is finished"
+    );
+    ingest.finish()?;
+    assert_eq!(s.get(Space::Kv, b"a")?, Some(vec![1u8; 10_000]));
+    assert_eq!(s.get(Space::Kv, b"b")?, Some(b"small".to_vec()));
+    assert_eq!(s.get(Space::Index, b"a")?, Some(b"i".to_vec()));
+
+    // A corrupt input is an error, not a panic: a key not above the one before, or empty.
+    let mut ingest = Ingest::new(&s);
+    ingest.insert(Space::Kv, b"c", b"v".to_vec().into())?;
+    assert!(ingest
+        .insert(Space::Kv, b"c", b"v".to_vec().into())
+        .is_err());
+    assert!(ingest
+        .insert(Space::Kv, b"b", b"v".to_vec().into())
+        .is_err());
+    assert!(ingest
+        .insert(Space::Lease, b"", b"v".to_vec().into())
+        .is_err());
+    ingest.finish()?;
+    assert_eq!(s.get(Space::Kv, b"c")?, Some(b"v".to_vec()));
+    Ok(())
+}

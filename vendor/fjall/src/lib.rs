@@ -111,6 +111,7 @@ mod error;
 mod file;
 mod flush;
 mod guard;
+#[allow(missing_docs)] // Concord patch: exported below, as upstream left it undocumented.
 mod ingestion;
 mod iter;
 mod journal;
@@ -142,6 +143,10 @@ pub mod config {
         RestartIntervalPolicy,
     };
 }
+
+// Concord patch: the ingestion that `Keyspace::start_ingestion` returns can be named (kept in a
+// struct) outside the crate.
+pub use ingestion::Ingestion;
 
 pub use {
     batch::WriteBatch as OwnedWriteBatch,
