@@ -53,7 +53,12 @@ macro_rules! serde_as_protobuf {
     };
 }
 
-fn serde_bytes_vec<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+/// Deserializes bytes as one buffer (bincode reads them at once), or from a sequence of `u8`
+/// (what a derived `Vec<u8>` field is written as, and bincode encodes alike).
+///
+/// # Errors
+/// When the input holds no bytes there.
+pub fn serde_bytes_vec<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
     struct V;
     impl<'de> serde::de::Visitor<'de> for V {
         type Value = Vec<u8>;

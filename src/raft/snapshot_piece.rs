@@ -3,11 +3,8 @@
 //! through serde's sequence of `u8`, one call per byte: on a 2 GiB snapshot sent to a newcomer
 //! that was 15 % of the two members' CPU samples, in the round trip every piece waits for.
 
-use std::fmt;
-
 use openraft::raft::InstallSnapshotRequest;
 use openraft::{BasicNode, SnapshotMeta, Vote};
-use serde::de::{Deserializer, Visitor};
 use serde::ser::{SerializeStruct, Serializer};
 use serde::{Deserialize, Serialize};
 
@@ -44,7 +41,7 @@ struct Incoming {
     vote: Vote<u64>,
     meta: SnapshotMeta<u64, BasicNode>,
     offset: u64,
-    #[serde(deserialize_with = "byte_buf")]
+    #[serde(deserialize_with = "crate::apply::command::serde_bytes_vec")]
     data: Vec<u8>,
     done: bool,
 }
@@ -62,30 +59,6 @@ pub fn decode(bytes: &[u8]) -> bincode::Result<InstallSnapshotRequest<TypeConfig
         data: p.data,
         done: p.done,
     })
-}
-
-fn byte_buf<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-    struct Bytes;
-    impl<'de> Visitor<'de> for Bytes {
-        type Value = Vec<u8>;
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("snapshot bytes")
-        }
-        fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
-            Ok(v.to_vec())
-        }
-        fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
-            Ok(v)
-        }
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
-            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 20));
-            while let Some(b) = seq.next_element::<u8>()? {
-                out.push(b);
-            }
-            Ok(out)
-        }
-    }
-    d.deserialize_byte_buf(Bytes)
 }
 
 #[cfg(test)]
