@@ -79,8 +79,12 @@ impl PeerService {
 }
 
 fn decode<T: DeserializeOwned>(req: Request<RaftPayload>) -> Result<T, Status> {
-    bincode::deserialize(&req.into_inner().data)
-        .map_err(|e| Status::invalid_argument(format!("bad raft payload: {e}")))
+    bincode::deserialize(&req.into_inner().data).map_err(bad_payload)
+}
+
+/// A peer's message that does not decode.
+fn bad_payload(e: bincode::Error) -> Status {
+    Status::invalid_argument(format!("bad raft payload: {e}"))
 }
 
 fn encode<T: Serialize>(v: &T) -> Result<Response<RaftPayload>, Status> {
@@ -192,8 +196,8 @@ impl RaftPeer for PeerService {
         req: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
         self.check_cluster(&req)?;
-        let snapshot = super::snapshot_piece::decode(&req.into_inner().data)
-            .map_err(|e| Status::invalid_argument(format!("bad raft payload: {e}")))?;
+        let snapshot =
+            super::snapshot_piece::decode(&req.into_inner().data).map_err(bad_payload)?;
         let (vote, last) = (snapshot.vote, snapshot.done);
         let res = self.node.raft.install_snapshot(snapshot).await;
         if matches!(&res, Ok(r) if r.vote == vote) {
@@ -340,8 +344,7 @@ impl PeerService {
 
 /// Hands an encoded AppendEntries to openraft and encodes its answer.
 async fn append_reply(node: &RaftNode, data: &[u8]) -> Result<Vec<u8>, Status> {
-    let rpc = bincode::deserialize(data)
-        .map_err(|e| Status::invalid_argument(format!("bad raft payload: {e}")))?;
+    let rpc = bincode::deserialize(data).map_err(bad_payload)?;
     let res = node.raft.append_entries(rpc).await;
     // Accepted from a leader this member follows: the election timer restarts.
     if matches!(&res, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {

@@ -18,7 +18,8 @@ pub struct Ingest<'a> {
 struct Open<'a> {
     space: Space,
     ingestion: fjall::Ingestion<'a>,
-    /// The last key written, which the next must exceed.
+    /// The last key written, which the next must exceed (empty before the first: keys are
+    /// never empty).
     last: Vec<u8>,
 }
 
@@ -37,34 +38,35 @@ impl<'a> Ingest<'a> {
     /// # Errors
     /// A key not above the one before (input out of order, so corrupt), or a write failure.
     pub fn insert(&mut self, space: Space, key: &[u8], value: Value) -> StorageResult<()> {
-        let i = match self.open.iter().position(|o| o.space == space) {
-            Some(i) => i,
-            None => {
-                let keyspace = self.storage.space(space);
-                self.storage.wait_for_compactions(keyspace, MAX_L0_RUNS);
-                self.open.push(Open {
-                    space,
-                    ingestion: keyspace.start_ingestion()?,
-                    last: Vec::new(),
-                });
-                self.open.len() - 1
-            }
-        };
-        let Some(open) = self.open.get_mut(i) else {
-            return Err(StorageError("ingest: no ingestion open".into()));
-        };
-        if !open.last.is_empty() && key <= open.last.as_slice() {
+        if key.is_empty() {
+            return Err(StorageError(format!("ingest: an empty key in {space:?}")));
+        }
+        let open = self.open_for(space)?;
+        if key <= open.last.as_slice() {
             return Err(StorageError(format!(
                 "ingest: keys of {space:?} out of order"
             )));
-        }
-        if key.is_empty() {
-            return Err(StorageError(format!("ingest: an empty key in {space:?}")));
         }
         open.ingestion.write(key, value.0)?;
         open.last.clear();
         open.last.extend_from_slice(key);
         Ok(())
+    }
+
+    /// The ingestion open for `space`, started (once its compactions keep up) if none is.
+    fn open_for(&mut self, space: Space) -> StorageResult<&mut Open<'a>> {
+        if let Some(i) = self.open.iter().position(|o| o.space == space) {
+            return Ok(&mut self.open[i]);
+        }
+        let keyspace = self.storage.space(space);
+        self.storage.wait_for_compactions(keyspace, MAX_L0_RUNS);
+        self.open.push(Open {
+            space,
+            ingestion: keyspace.start_ingestion()?,
+            last: Vec::new(),
+        });
+        let last = self.open.len() - 1;
+        Ok(&mut self.open[last])
     }
 
     /// Makes everything written so far durable and visible: its tables are synced and

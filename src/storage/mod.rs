@@ -187,6 +187,15 @@ const BULK_WRITE_BUFFER: u64 = 8 * MEMTABLE_BYTES;
 /// poisoned the store: the next write reports it).
 const BULK_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// A bulk writer's pause: sleeps while `busy` says so, at most [`BULK_WAIT_MAX`] (past that the
+/// writer goes on, slower writes being better than none).
+fn bulk_wait(busy: impl Fn() -> bool) {
+    let started = std::time::Instant::now();
+    while busy() && started.elapsed() < BULK_WAIT_MAX {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
 /// The state database's block cache by default (`--storage-cache-bytes`): fjall's blocks are
 /// also in the kernel's page cache, as bbolt's are for etcd, so this cache only saves the
 /// copies and decompression of the hottest blocks.
@@ -387,24 +396,18 @@ impl Storage {
     }
 
     /// For bulk writers ([`Batches`]): waits while the memtables not yet flushed hold more than
-    /// [`BULK_WRITE_BUFFER`] (at most [`BULK_WAIT_MAX`]), so that a bulk write's memory is
-    /// bounded by how fast its memtables flush, not by its size. Blocking.
+    /// [`BULK_WRITE_BUFFER`], so that a bulk write's memory is bounded by how fast its memtables
+    /// flush, not by its size. Blocking.
     fn wait_for_flushes(&self) {
-        let started = std::time::Instant::now();
-        while self.db.write_buffer_size() > BULK_WRITE_BUFFER && started.elapsed() < BULK_WAIT_MAX {
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
+        bulk_wait(|| self.db.write_buffer_size() > BULK_WRITE_BUFFER);
     }
 
     /// For bulk ingestion ([`Ingest`]): waits while `keyspace` has `runs` or more sorted runs
-    /// in its first level (at most [`BULK_WAIT_MAX`]), so that its compaction keeps up and
-    /// fjall never stalls the writes that follow. Blocking.
+    /// in its first level, so that its compaction keeps up and fjall never stalls the writes
+    /// that follow. Blocking.
     fn wait_for_compactions(&self, keyspace: &Keyspace, runs: usize) {
         use fjall::AbstractTree;
-        let started = std::time::Instant::now();
-        while keyspace.tree.l0_run_count() >= runs && started.elapsed() < BULK_WAIT_MAX {
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
+        bulk_wait(|| keyspace.tree.l0_run_count() >= runs);
     }
 
     /// Starts an atomic state-machine batch.
