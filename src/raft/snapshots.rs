@@ -418,16 +418,23 @@ pub fn restore_from(
     produce: impl FnOnce(&mut dyn FnMut(Record) -> io::Result<()>) -> io::Result<()>,
 ) -> io::Result<(i64, u64)> {
     let mut out = Batches::new(storage);
+    // The records come in key order (a view's scan, or etcd's key bucket, whose revision keys
+    // map to ours in the same order): they and their key-index entries go straight into
+    // tables, as an install writes them; out of order, the restore fails.
+    let mut ingest = Ingest::new(storage);
     let mut revision = 1;
     let mut records = 0;
     produce(&mut |r: Record| {
+        if r.space == Space::Kv {
+            let entry = crate::mvcc::disk::index_entry(&r.key, &r.value)?;
+            ingest.insert(Space::Index, &r.key, entry)?;
+            ingest.insert(Space::Kv, &r.key, r.value.into())?;
+            records += 1;
+            return Ok(());
+        }
         let keep = match r.space {
-            Space::Kv => {
-                records += 1;
-                true
-            }
-            Space::Lease => true,
-            // Derived from the records: written when the store first opens.
+            Space::Kv | Space::Lease => true,
+            // Written beside each record above.
             Space::Index => false,
             Space::Meta if r.key == meta_key::REVISION => {
                 if let Ok(b) = <[u8; 8]>::try_from(r.value.as_slice()) {
@@ -446,6 +453,9 @@ pub fn restore_from(
         }
         Ok(())
     })?;
+    ingest.finish()?;
+    // The store's first load reads the index's entries, not every record.
+    out.insert(Space::Meta, meta_key::INDEX_COMPLETE, &[])?;
     out.flush()?;
     storage.persist_state()?;
     Ok((revision, records))

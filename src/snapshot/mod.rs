@@ -50,28 +50,63 @@ fn format_of(file: &Path) -> anyhow::Result<Format> {
     }
 }
 
+/// An opened snapshot file, by format.
+enum Source {
+    /// etcd's database.
+    Etcd(Db),
+    /// Concord's own, from its start.
+    Concord(std::fs::File),
+}
+
 /// Whether an etcd snapshot of `size` bytes ends with a SHA-256 (etcdutl's rule: the database
 /// is a whole number of 512-byte sectors, the checksum 32 bytes more).
 fn etcd_has_hash(size: u64) -> bool {
     size % 512 == 32
 }
 
-/// Opens etcd's database in `file`, after checking the SHA-256 after it (unless `skip_check`).
-fn open_etcd(file: &Path, skip_check: bool) -> anyhow::Result<Db> {
-    let mut f = std::fs::File::open(file).with_context(|| format!("reading {}", file.display()))?;
+/// Opens etcd's database in `file`, with the check of the SHA-256 after it started beside
+/// whatever reads it (none with `skip_check`).
+fn open_etcd(file: &Path, skip_check: bool) -> anyhow::Result<(Db, Option<DigestCheck>)> {
+    let f = std::fs::File::open(file).with_context(|| format!("reading {}", file.display()))?;
     let size = f.metadata()?.len();
     let has_hash = etcd_has_hash(size);
     if !has_hash && !skip_check {
         bail!("snapshot missing hash but --skip-hash-check=false");
     }
     let len = if has_hash { size - 32 } else { size };
-    if has_hash && !skip_check {
-        let (got, trailer) = digest_and_trailer(&mut f, len)?;
-        if got != trailer {
-            bail!("expected sha256 {}, got {}", hex(&trailer), hex(&got));
-        }
+    let check = if has_hash && !skip_check {
+        Some(DigestCheck::start(file, len)?)
+    } else {
+        None
+    };
+    match Db::open(f, len).with_context(|| format!("reading {}", file.display())) {
+        Ok(db) => Ok((db, check)),
+        Err(e) => checked(Format::Etcd, check, Err(e)),
     }
-    Db::open(f, len).with_context(|| format!("reading {}", file.display()))
+}
+
+/// The SHA-256 of a file's first bytes against the 32 bytes after them, computed on a thread
+/// of its own while the restore reads the same file (the hash was a third of a restore's CPU
+/// when it came first). The restore waits for it before its data dir takes its place.
+struct DigestCheck(std::thread::JoinHandle<std::io::Result<([u8; 32], [u8; 32])>>);
+
+impl DigestCheck {
+    /// Starts hashing `file`'s first `len` bytes.
+    fn start(file: &Path, len: u64) -> anyhow::Result<Self> {
+        let mut f =
+            std::fs::File::open(file).with_context(|| format!("reading {}", file.display()))?;
+        Ok(DigestCheck(std::thread::spawn(move || {
+            digest_and_trailer(&mut f, len)
+        })))
+    }
+
+    /// The digest and the trailer.
+    fn wait(self) -> anyhow::Result<([u8; 32], [u8; 32])> {
+        Ok(self
+            .0
+            .join()
+            .map_err(|_| anyhow!("the checksum thread panicked"))??)
+    }
 }
 
 /// The SHA-256 of `f`'s first `len` bytes, and the 32 bytes after them. Leaves `f` after them.
@@ -154,23 +189,45 @@ impl SnapshotCli {
     }
 }
 
-/// Opens a snapshot file after checking its SHA-256 trailer (unless `skip_check`), reading it
-/// once in chunks. Returns the file, rewound, and its size.
-fn verified(file: &Path, skip_check: bool) -> anyhow::Result<(std::fs::File, u64)> {
-    use std::io::Seek;
-    let mut f = std::fs::File::open(file).with_context(|| format!("reading {}", file.display()))?;
+/// Opens a snapshot file in Concord's format, with the check of its SHA-256 trailer started
+/// beside whatever reads it (none with `skip_check`). Returns the file and its size.
+fn open_concord(
+    file: &Path,
+    skip_check: bool,
+) -> anyhow::Result<(std::fs::File, u64, Option<DigestCheck>)> {
+    let f = std::fs::File::open(file).with_context(|| format!("reading {}", file.display()))?;
     let size = f.metadata()?.len();
     if size < 32 {
         bail!("snapshot file {} is too short", file.display());
     }
-    if !skip_check {
-        let (got, trailer) = digest_and_trailer(&mut f, size - 32)?;
+    let check = if skip_check {
+        None
+    } else {
+        Some(DigestCheck::start(file, size - 32)?)
+    };
+    Ok((f, size, check))
+}
+
+/// Waits for `check`, if any: the file's checksum must match (else etcdutl's error for etcd's
+/// format), whatever `read` (the file's reading, done meanwhile) returned; a mismatch explains
+/// a failed read best.
+fn checked<T>(
+    format: Format,
+    check: Option<DigestCheck>,
+    read: anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    if let Some(check) = check {
+        let (got, trailer) = check.wait()?;
         if got != trailer {
-            bail!("snapshot file integrity check failed: expected sha256 does not match");
+            match format {
+                Format::Etcd => bail!("expected sha256 {}, got {}", hex(&trailer), hex(&got)),
+                Format::Concord => {
+                    bail!("snapshot file integrity check failed: expected sha256 does not match")
+                }
+            }
         }
     }
-    f.rewind()?;
-    Ok((f, size))
+    read
 }
 
 fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
@@ -182,9 +239,15 @@ fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
         bail!("data-dir {:?} exists", data_dir.display().to_string());
     }
     let format = format_of(&args.file)?;
-    let etcd_db = match format {
-        Format::Etcd => Some(open_etcd(&args.file, args.skip_hash_check)?),
-        Format::Concord => None,
+    let (source, check) = match format {
+        Format::Etcd => {
+            let (db, check) = open_etcd(&args.file, args.skip_hash_check)?;
+            (Source::Etcd(db), check)
+        }
+        Format::Concord => {
+            let (file, _, check) = open_concord(&args.file, args.skip_hash_check)?;
+            (Source::Concord(file), check)
+        }
     };
     let cfg = config::Config::for_restore(
         &args.name,
@@ -213,18 +276,16 @@ fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
         .context("creating the data dir")?;
     let revision = {
         let storage = Storage::open(staging.path()).context("creating the data dir")?;
-        let (revision, _) = match &etcd_db {
-            Some(db) => crate::raft::snapshots::restore_from(&storage, |push| {
-                etcd_db::import(db, &mut |space, key, value| {
+        let read = match source {
+            Source::Etcd(db) => crate::raft::snapshots::restore_from(&storage, |push| {
+                etcd_db::import(&db, &mut |space, key, value| {
                     push(Record { space, key, value })
                 })
             }),
-            None => {
-                let (file, _) = verified(&args.file, args.skip_hash_check)?;
-                crate::raft::snapshots::restore(&storage, file)
-            }
+            Source::Concord(file) => crate::raft::snapshots::restore(&storage, file),
         }
-        .with_context(|| format!("restoring {}", args.file.display()))?;
+        .with_context(|| format!("restoring {}", args.file.display()));
+        let (revision, _) = checked(format, check, read)?;
         let founders = members
             .iter()
             .filter_map(|(id, m)| m.peer_urls.first().map(|u| (*id, u.clone())))
@@ -253,7 +314,7 @@ fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
 
 fn status(args: &StatusArgs) -> anyhow::Result<()> {
     if format_of(&args.file)? == Format::Etcd {
-        let db = open_etcd(&args.file, true)?;
+        let (db, _) = open_etcd(&args.file, true)?;
         let s = etcd_db::status(&db).with_context(|| format!("reading {}", args.file.display()))?;
         return print_status(
             &args.write_out,
@@ -263,13 +324,14 @@ fn status(args: &StatusArgs) -> anyhow::Result<()> {
             s.total_size,
         );
     }
-    let (file, size) = verified(&args.file, false)?;
+    let (file, size, check) = open_concord(&args.file, false)?;
     // Beside the file, not in /tmp (often memory): the state is written out to be hashed.
     let beside = args.file.parent().filter(|p| !p.as_os_str().is_empty());
     let dir = tempfile::tempdir_in(beside.unwrap_or(Path::new(".")))?;
     let storage = Storage::open(dir.path())?;
-    let (_, keys) = crate::raft::snapshots::restore(&storage, file)
-        .with_context(|| format!("reading {}", args.file.display()))?;
+    let read = crate::raft::snapshots::restore(&storage, file)
+        .with_context(|| format!("reading {}", args.file.display()));
+    let (_, keys) = checked(Format::Concord, check, read)?;
     let mvcc = MvccStore::open(storage.clone())?;
     let (hash, _, revision) = mvcc.hash_kv(0).map_err(|e| anyhow!(e))?;
     print_status(&args.write_out, hash, revision, keys, size)
@@ -340,5 +402,56 @@ mod tests {
     fn etcd_snapshots_carry_a_hash_when_their_size_says_so() {
         assert!(etcd_has_hash(20_512));
         assert!(!etcd_has_hash(20_480));
+    }
+
+    /// A file of `body` followed by `trailer`.
+    fn file_of(dir: &Path, body: &[u8], trailer: [u8; 32]) -> anyhow::Result<PathBuf> {
+        let path = dir.join("snap");
+        std::fs::write(&path, [body, &trailer[..]].concat())?;
+        Ok(path)
+    }
+
+    #[test]
+    fn the_checksum_checked_beside_the_read_decides_before_the_reads_result() -> anyhow::Result<()>
+    {
+        let dir = tempfile::tempdir()?;
+        let body = vec![5u8; 100_000];
+        let good: [u8; 32] = Sha256::digest(&body).into();
+        let path = file_of(dir.path(), &body, good)?;
+        let check = Some(DigestCheck::start(&path, body.len() as u64)?);
+        assert_eq!(checked(Format::Concord, check, Ok(7))?, 7);
+        // A good checksum leaves a failed read's error as it is.
+        let check = Some(DigestCheck::start(&path, body.len() as u64)?);
+        let err = checked::<()>(Format::Concord, check, Err(anyhow!("the read failed")));
+        assert_eq!(
+            err.err().map(|e| e.to_string()),
+            Some("the read failed".into())
+        );
+
+        let mut bad = good;
+        bad[31] ^= 1;
+        let path = file_of(dir.path(), &body, bad)?;
+        // A bad one is the error, whatever the read gave: etcdutl's words for etcd's format.
+        for read in [Ok(()), Err(anyhow!("the read failed"))] {
+            let check = Some(DigestCheck::start(&path, body.len() as u64)?);
+            let err = checked(Format::Etcd, check, read)
+                .err()
+                .map(|e| e.to_string());
+            assert_eq!(
+                err,
+                Some(format!("expected sha256 {}, got {}", hex(&bad), hex(&good)))
+            );
+        }
+        let check = Some(DigestCheck::start(&path, body.len() as u64)?);
+        let err = checked(Format::Concord, check, Ok(()))
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("snapshot file integrity check failed: expected sha256 does not match")
+        );
+        // Skipped: no check, the read decides.
+        assert_eq!(checked(Format::Etcd, None, Ok(3))?, 3);
+        Ok(())
     }
 }

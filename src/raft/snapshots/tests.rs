@@ -169,6 +169,34 @@ fn restore_keeps_data_alarms_and_auth_but_not_members() -> io::Result<()> {
     assert_eq!(kv(&fresh)?, kv(&s)?);
     assert!(fresh.get(Space::Meta, b"m/alarm/x")?.is_some());
     assert!(fresh.get(Space::Meta, b"m/attr/x")?.is_none());
+    // The records went in with their key-index entries, so the first load reads those.
+    let entries = fresh.scan(Space::Index)?;
+    assert_eq!(entries.len(), 10);
+    for ((rev, record), (entry_rev, entry)) in kv(&s)?.iter().zip(&entries) {
+        assert_eq!(rev, entry_rev);
+        assert_eq!(&*crate::mvcc::disk::index_entry(rev, record)?, &entry[..]);
+    }
+    assert!(fresh.get(Space::Meta, meta_key::INDEX_COMPLETE)?.is_some());
+    Ok(())
+}
+
+#[test]
+fn a_restore_of_records_out_of_order_fails_with_an_error() -> io::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fresh = Storage::open(dir.path())?;
+    let restored = restore_from(&fresh, |push| {
+        for i in [1, 0] {
+            let (key, value) = record("k", i);
+            push(Record {
+                space: Space::Kv,
+                key,
+                value,
+            })?;
+        }
+        Ok(())
+    });
+    let err = restored.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("out of order"), "{err}");
     Ok(())
 }
 
