@@ -409,10 +409,11 @@ pub fn restore(storage: &Storage, input: impl io::Read) -> io::Result<(i64, u64)
 }
 
 /// As [`restore`], from the records `produce` hands to the function it is given (another
-/// format's, converted: `concord snapshot restore` of an etcd database).
+/// format's, converted: `concord snapshot restore` of an etcd database). The `kv` records must
+/// come in ascending key order, each key once (they go straight into tables).
 ///
 /// # Errors
-/// What `produce` returns, or a storage failure.
+/// What `produce` returns, `kv` records out of order or repeated, or a storage failure.
 pub fn restore_from(
     storage: &Storage,
     produce: impl FnOnce(&mut dyn FnMut(Record) -> io::Result<()>) -> io::Result<()>,
@@ -425,15 +426,15 @@ pub fn restore_from(
     let mut revision = 1;
     let mut records = 0;
     produce(&mut |r: Record| {
-        if r.space == Space::Kv {
-            let entry = crate::mvcc::disk::index_entry(&r.key, &r.value)?;
-            ingest.insert(Space::Index, &r.key, entry)?;
-            ingest.insert(Space::Kv, &r.key, r.value.into())?;
-            records += 1;
-            return Ok(());
-        }
         let keep = match r.space {
-            Space::Kv | Space::Lease => true,
+            Space::Kv => {
+                let entry = crate::mvcc::disk::index_entry(&r.key, &r.value)?;
+                ingest.insert(Space::Index, &r.key, entry)?;
+                ingest.insert(Space::Kv, &r.key, r.value.into())?;
+                records += 1;
+                return Ok(());
+            }
+            Space::Lease => true,
             // Written beside each record above.
             Space::Index => false,
             Space::Meta if r.key == meta_key::REVISION => {

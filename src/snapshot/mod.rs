@@ -75,7 +75,7 @@ fn open_etcd(file: &Path, skip_check: bool) -> anyhow::Result<(Db, Option<Digest
     }
     let len = if has_hash { size - 32 } else { size };
     let check = if has_hash && !skip_check {
-        Some(DigestCheck::start(file, len)?)
+        Some(DigestCheck::start(&f, len)?)
     } else {
         None
     };
@@ -91,13 +91,16 @@ fn open_etcd(file: &Path, skip_check: bool) -> anyhow::Result<(Db, Option<Digest
 struct DigestCheck(std::thread::JoinHandle<std::io::Result<([u8; 32], [u8; 32])>>);
 
 impl DigestCheck {
-    /// Starts hashing `file`'s first `len` bytes.
-    fn start(file: &Path, len: u64) -> anyhow::Result<Self> {
-        let mut f =
-            std::fs::File::open(file).with_context(|| format!("reading {}", file.display()))?;
-        Ok(DigestCheck(std::thread::spawn(move || {
-            digest_and_trailer(&mut f, len)
-        })))
+    /// Starts hashing the first `len` bytes of `file` (an open handle of the file the restore
+    /// reads, so that both read the same file; read at offsets, leaving the handle's position
+    /// to the restore).
+    fn start(file: &std::fs::File, len: u64) -> anyhow::Result<Self> {
+        let file = file.try_clone()?;
+        let thread = std::thread::Builder::new()
+            .name("snapshot-sha256".into())
+            .spawn(move || digest_and_trailer(&file, len))
+            .context("starting the checksum thread")?;
+        Ok(DigestCheck(thread))
     }
 
     /// The digest and the trailer.
@@ -109,14 +112,21 @@ impl DigestCheck {
     }
 }
 
-/// The SHA-256 of `f`'s first `len` bytes, and the 32 bytes after them. Leaves `f` after them.
-fn digest_and_trailer(f: &mut std::fs::File, len: u64) -> std::io::Result<([u8; 32], [u8; 32])> {
-    use std::io::{Read, Seek};
-    f.rewind()?;
+/// The SHA-256 of `f`'s first `len` bytes, and the 32 bytes after them, read at offsets.
+fn digest_and_trailer(f: &std::fs::File, len: u64) -> std::io::Result<([u8; 32], [u8; 32])> {
+    use std::os::unix::fs::FileExt;
     let mut hasher = Sha256::new();
-    std::io::copy(&mut Read::take(&mut *f, len), &mut hasher)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = 0;
+    while at < len {
+        let want = usize::try_from((len - at).min(buf.len() as u64)).unwrap_or(buf.len());
+        let chunk = &mut buf[..want];
+        f.read_exact_at(chunk, at)?;
+        hasher.update(&*chunk);
+        at += want as u64;
+    }
     let mut trailer = [0u8; 32];
-    f.read_exact(&mut trailer)?;
+    f.read_exact_at(&mut trailer, len)?;
     Ok((hasher.finalize().into(), trailer))
 }
 
@@ -203,7 +213,7 @@ fn open_concord(
     let check = if skip_check {
         None
     } else {
-        Some(DigestCheck::start(file, size - 32)?)
+        Some(DigestCheck::start(&f, size - 32)?)
     };
     Ok((f, size, check))
 }
@@ -314,8 +324,9 @@ fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
 
 fn status(args: &StatusArgs) -> anyhow::Result<()> {
     if format_of(&args.file)? == Format::Etcd {
-        let (db, _) = open_etcd(&args.file, true)?;
-        let s = etcd_db::status(&db).with_context(|| format!("reading {}", args.file.display()))?;
+        let (db, check) = open_etcd(&args.file, true)?;
+        let read = etcd_db::status(&db).with_context(|| format!("reading {}", args.file.display()));
+        let s = checked(Format::Etcd, check, read)?;
         return print_status(
             &args.write_out,
             s.hash,
@@ -418,10 +429,16 @@ mod tests {
         let body = vec![5u8; 100_000];
         let good: [u8; 32] = Sha256::digest(&body).into();
         let path = file_of(dir.path(), &body, good)?;
-        let check = Some(DigestCheck::start(&path, body.len() as u64)?);
+        let check = Some(DigestCheck::start(
+            &std::fs::File::open(&path)?,
+            body.len() as u64,
+        )?);
         assert_eq!(checked(Format::Concord, check, Ok(7))?, 7);
         // A good checksum leaves a failed read's error as it is.
-        let check = Some(DigestCheck::start(&path, body.len() as u64)?);
+        let check = Some(DigestCheck::start(
+            &std::fs::File::open(&path)?,
+            body.len() as u64,
+        )?);
         let err = checked::<()>(Format::Concord, check, Err(anyhow!("the read failed")));
         assert_eq!(
             err.err().map(|e| e.to_string()),
@@ -433,7 +450,10 @@ mod tests {
         let path = file_of(dir.path(), &body, bad)?;
         // A bad one is the error, whatever the read gave: etcdutl's words for etcd's format.
         for read in [Ok(()), Err(anyhow!("the read failed"))] {
-            let check = Some(DigestCheck::start(&path, body.len() as u64)?);
+            let check = Some(DigestCheck::start(
+                &std::fs::File::open(&path)?,
+                body.len() as u64,
+            )?);
             let err = checked(Format::Etcd, check, read)
                 .err()
                 .map(|e| e.to_string());
@@ -442,7 +462,10 @@ mod tests {
                 Some(format!("expected sha256 {}, got {}", hex(&bad), hex(&good)))
             );
         }
-        let check = Some(DigestCheck::start(&path, body.len() as u64)?);
+        let check = Some(DigestCheck::start(
+            &std::fs::File::open(&path)?,
+            body.len() as u64,
+        )?);
         let err = checked(Format::Concord, check, Ok(()))
             .err()
             .map(|e| e.to_string());

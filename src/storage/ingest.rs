@@ -42,7 +42,12 @@ impl<'a> Ingest<'a> {
             return Err(StorageError(format!("ingest: an empty key in {space:?}")));
         }
         let open = self.open_for(space)?;
-        if key <= open.last.as_slice() {
+        if key == open.last.as_slice() {
+            return Err(StorageError(format!(
+                "ingest: a duplicate key in {space:?}"
+            )));
+        }
+        if key < open.last.as_slice() {
             return Err(StorageError(format!(
                 "ingest: keys of {space:?} out of order"
             )));
