@@ -28,13 +28,14 @@ def member(server, name, port, data, cluster=None, state="new", extra=(), log=No
     return p, client
 
 
-def wait_healthy(etcdctl, endpoint, within=60):
+def wait_healthy(etcdctl, endpoint, within=60, poll=0.2):
+    """Returns once `endpoint health` succeeds (asked every `poll` s); stops after `within` s."""
     deadline = time.time() + within
     while time.time() < deadline:
         if subprocess.run([etcdctl, "--endpoints", endpoint, "endpoint", "health"],
                           capture_output=True).returncode == 0:
             return
-        time.sleep(0.2)
+        time.sleep(poll)
     raise SystemExit(f"{endpoint} never became healthy")
 
 

@@ -73,12 +73,7 @@ def restored(label, binary, etcdctl, snapshot, work):
         began = time.time()
         p, ep = member(binary, "m", 24790, data)
         try:
-            deadline = began + 600
-            while subprocess.run([etcdctl, "--endpoints", ep, "endpoint", "health"],
-                                 capture_output=True).returncode != 0:
-                if time.time() > deadline:
-                    raise SystemExit(f"{label}: never became healthy")
-                time.sleep(0.05)
+            wait_healthy(etcdctl, ep, within=600, poll=0.05)
             serving = time.time() - began
             return took, usage.ru_maxrss / 1024, serving, rss_mib(p.pid), hashkv(etcdctl, ep)
         finally:
