@@ -304,9 +304,7 @@ impl SnapshotFiles {
         let mut ingest = Ingest::new(storage);
         while let Some(r) = reader.next_record()? {
             if r.space == Space::Kv {
-                let entry = crate::mvcc::disk::index_entry(&r.key, &r.value)?;
-                ingest.insert(Space::Index, &r.key, entry)?;
-                ingest.insert(Space::Kv, &r.key, r.value.into())?;
+                ingest_record(&mut ingest, &r.key, r.value)?;
             } else {
                 out.insert(r.space, &r.key, &r.value)?;
             }
@@ -372,6 +370,15 @@ impl SnapshotFiles {
     }
 }
 
+/// Writes an MVCC record (revision `key`, `record`) and its key-index entry straight into
+/// tables, so that the store's next load reads the entry instead of the record.
+fn ingest_record(ingest: &mut Ingest, key: &[u8], record: Vec<u8>) -> io::Result<()> {
+    let entry = crate::mvcc::disk::index_entry(key, &record)?;
+    ingest.insert(Space::Index, key, entry)?;
+    ingest.insert(Space::Kv, key, record.into())?;
+    Ok(())
+}
+
 /// Removes what a snapshot replaces: the carried keyspaces and meta keys, and the key index's
 /// entries (the old state's; the install writes the new records' beside them, and marks the
 /// index complete again in its last batch).
@@ -428,9 +435,7 @@ pub fn restore_from(
     produce(&mut |r: Record| {
         let keep = match r.space {
             Space::Kv => {
-                let entry = crate::mvcc::disk::index_entry(&r.key, &r.value)?;
-                ingest.insert(Space::Index, &r.key, entry)?;
-                ingest.insert(Space::Kv, &r.key, r.value.into())?;
+                ingest_record(&mut ingest, &r.key, r.value)?;
                 records += 1;
                 return Ok(());
             }

@@ -422,6 +422,11 @@ mod tests {
         Ok(path)
     }
 
+    /// The check of the file at `path`, whose first bytes are `body`.
+    fn check_of(path: &Path, body: &[u8]) -> anyhow::Result<DigestCheck> {
+        DigestCheck::start(&std::fs::File::open(path)?, body.len() as u64)
+    }
+
     #[test]
     fn the_checksum_checked_beside_the_read_decides_before_the_reads_result() -> anyhow::Result<()>
     {
@@ -429,16 +434,10 @@ mod tests {
         let body = vec![5u8; 100_000];
         let good: [u8; 32] = Sha256::digest(&body).into();
         let path = file_of(dir.path(), &body, good)?;
-        let check = Some(DigestCheck::start(
-            &std::fs::File::open(&path)?,
-            body.len() as u64,
-        )?);
+        let check = Some(check_of(&path, &body)?);
         assert_eq!(checked(Format::Concord, check, Ok(7))?, 7);
         // A good checksum leaves a failed read's error as it is.
-        let check = Some(DigestCheck::start(
-            &std::fs::File::open(&path)?,
-            body.len() as u64,
-        )?);
+        let check = Some(check_of(&path, &body)?);
         let err = checked::<()>(Format::Concord, check, Err(anyhow!("the read failed")));
         assert_eq!(
             err.err().map(|e| e.to_string()),
@@ -450,10 +449,7 @@ mod tests {
         let path = file_of(dir.path(), &body, bad)?;
         // A bad one is the error, whatever the read gave: etcdutl's words for etcd's format.
         for read in [Ok(()), Err(anyhow!("the read failed"))] {
-            let check = Some(DigestCheck::start(
-                &std::fs::File::open(&path)?,
-                body.len() as u64,
-            )?);
+            let check = Some(check_of(&path, &body)?);
             let err = checked(Format::Etcd, check, read)
                 .err()
                 .map(|e| e.to_string());
@@ -462,10 +458,7 @@ mod tests {
                 Some(format!("expected sha256 {}, got {}", hex(&bad), hex(&good)))
             );
         }
-        let check = Some(DigestCheck::start(
-            &std::fs::File::open(&path)?,
-            body.len() as u64,
-        )?);
+        let check = Some(check_of(&path, &body)?);
         let err = checked(Format::Concord, check, Ok(()))
             .err()
             .map(|e| e.to_string());

@@ -42,15 +42,18 @@ impl<'a> Ingest<'a> {
             return Err(StorageError(format!("ingest: an empty key in {space:?}")));
         }
         let open = self.open_for(space)?;
-        if key == open.last.as_slice() {
-            return Err(StorageError(format!(
-                "ingest: a duplicate key in {space:?}"
-            )));
-        }
-        if key < open.last.as_slice() {
-            return Err(StorageError(format!(
-                "ingest: keys of {space:?} out of order"
-            )));
+        match key.cmp(open.last.as_slice()) {
+            std::cmp::Ordering::Greater => {}
+            std::cmp::Ordering::Equal => {
+                return Err(StorageError(format!(
+                    "ingest: a duplicate key in {space:?}"
+                )))
+            }
+            std::cmp::Ordering::Less => {
+                return Err(StorageError(format!(
+                    "ingest: keys of {space:?} out of order"
+                )))
+            }
         }
         open.ingestion.write(key, value.0)?;
         open.last.clear();
