@@ -9,7 +9,8 @@
 // reuse) at --event-rate, kube-apiserver's compaction every --compact-every, and --watches prefix
 // watches on the types with prev_kv. It reports list, update and watch-delivery latencies
 // (measured from each operation's scheduled start, so a server that falls behind is charged for
-// it), server resident memory, and server CPU while the load runs.
+// it), server resident memory, and server CPU while the load runs, with its own CPU beside it
+// (on a shared machine the generator's list decoding competes with the server for the cores).
 //
 //	go run . --server concord=../../target/release/concord --server etcd-3.6=PATH/etcd
 package main

@@ -13,11 +13,13 @@ type result struct {
 	loadSeconds            float64
 	rssAfterLoad, rssAtEnd float64
 	cpuCores               float64
-	update, list, event    latency.Recorder
-	watch                  latency.Recorder
-	delivered              int64
-	conflicts, listErrors  int64
-	compactions            int
+	// generatorCores is this benchmark's own CPU over the same window (it shares the machine).
+	generatorCores        float64
+	update, list, event   latency.Recorder
+	watch                 latency.Recorder
+	delivered             int64
+	conflicts, listErrors int64
+	compactions           int
 }
 
 // render is the Markdown report: one row per server, then each other server against each etcd.
@@ -29,14 +31,15 @@ func render(o options, results []*result) string {
 		o.objects, o.minSize, o.maxSize, o.types, o.namespaces, o.duration, o.updateRate, o.listRate, o.page,
 		o.eventRate, o.watches, o.compactEvery)
 	b.WriteString("| server | load (s) | list p50 / p99 (ms) | update p50 / p99 (ms) | event create p99 (ms) | " +
-		"watch delivery p50 / p99 (ms) | events delivered | RSS after load / at end (MiB) | server CPU (cores) |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		"watch delivery p50 / p99 (ms) | events delivered | RSS after load / at end (MiB) | server CPU (cores) | generator CPU (cores) |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for i := range results {
 		r := results[i]
-		fmt.Fprintf(&b, "| %s | %.1f | %.1f / %.1f | %.2f / %.2f | %.2f | %.2f / %.2f | %d | %.0f / %.0f | %.2f |\n",
+		fmt.Fprintf(&b, "| %s | %.1f | %.1f / %.1f | %.2f / %.2f | %.2f | %.2f / %.2f | %d | %.0f / %.0f | %.2f | %.2f |\n",
 			r.name, r.loadSeconds, r.list.Percentile(50), r.list.Percentile(99),
 			r.update.Percentile(50), r.update.Percentile(99), r.event.Percentile(99),
-			r.watch.Percentile(50), r.watch.Percentile(99), r.delivered, r.rssAfterLoad, r.rssAtEnd, r.cpuCores)
+			r.watch.Percentile(50), r.watch.Percentile(99), r.delivered, r.rssAfterLoad, r.rssAtEnd, r.cpuCores,
+			r.generatorCores)
 	}
 	for i := range results {
 		for j := range results {

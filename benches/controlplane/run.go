@@ -73,7 +73,7 @@ func run(parent context.Context, srv *server, o options, keys []string, r *resul
 		return lease.ID
 	}
 
-	cpu0, t0 := srv.cpuSeconds(), time.Now()
+	cpu0, own0, t0 := srv.cpuSeconds(), ownCPUSeconds(), time.Now()
 	var wg sync.WaitGroup
 	var conflicts, listErrors, eventNumber atomic.Int64
 	perType := o.objects / o.types
@@ -107,6 +107,7 @@ func run(parent context.Context, srv *server, o options, keys []string, r *resul
 	wg.Wait()
 	elapsed := time.Since(t0).Seconds()
 	r.cpuCores = (srv.cpuSeconds() - cpu0) / elapsed
+	r.generatorCores = (ownCPUSeconds() - own0) / elapsed
 	r.conflicts, r.listErrors, r.compactions = conflicts.Load(), listErrors.Load(), <-compactions
 
 	// Let the watches deliver the last events, then stop them.

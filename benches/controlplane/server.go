@@ -101,6 +101,10 @@ func (s *server) rssMiB() float64 { return float64(proc.Read(s.cmd.Process.Pid).
 // cpuSeconds is the server's user and system CPU time so far.
 func (s *server) cpuSeconds() float64 { return proc.Read(s.cmd.Process.Pid).CPU }
 
+// ownCPUSeconds is this load generator's user and system CPU time so far: on a machine it
+// shares with the server, what it spends decoding lists and watches is CPU the server lacks.
+func ownCPUSeconds() float64 { return proc.Read(os.Getpid()).CPU }
+
 // freePorts returns n TCP ports that were free a moment ago.
 func freePorts(n int) ([]int, error) {
 	var ports []int

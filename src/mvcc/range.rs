@@ -40,6 +40,24 @@ pub(super) struct Plan {
     target: SortTarget,
 }
 
+impl Plan {
+    /// How many values finishing the range would read (none for a keys-only range that does not
+    /// sort by value).
+    pub(super) fn values_to_read(&self, req: &RangeRequest) -> usize {
+        if reads_values(req, self.target) {
+            self.matches.len()
+        } else {
+            0
+        }
+    }
+}
+
+/// Whether a range reads values: a keys-only answer that does not sort by value needs none (the
+/// metadata comes from the index), so none is read (a disk read each, when not cached).
+fn reads_values(req: &RangeRequest, target: SortTarget) -> bool {
+    !req.keys_only || target == SortTarget::Value
+}
+
 /// The part of a range that reads the key index (under the state's lock, in `txn`).
 pub(super) fn plan(txn: &impl KvTxn, req: &RangeRequest) -> Result<Planned> {
     let order = SortOrder::try_from(req.sort_order).map_err(|_| Error::InvalidSortOption)?;
@@ -107,9 +125,7 @@ pub(super) fn finish(
         order,
         target,
     } = plan;
-    // The metadata comes from the index: a keys-only answer that does not sort by value needs
-    // no value, so none is read (a disk read each, when not cached).
-    let values = !req.keys_only || target == SortTarget::Value;
+    let values = reads_values(req, target);
     let mut kvs = Vec::with_capacity(matches.len());
     for (key, change) in &matches {
         kvs.push(if values {
@@ -322,10 +338,18 @@ mod tests {
         assert_eq!(limited.kvs.len(), 4);
         assert!(limited.kvs.iter().all(|kv| kv.value.is_empty()));
         drop(read);
-        // Read off the state's lock (values from a snapshot), each answer is the same.
+        // Read off the state's lock (values from a snapshot), each answer is the same, whether
+        // the range is answered at once or left pending.
         for req in &cases {
             let expected = range(&store.read()?, req);
             assert_eq!(store.range_off_lock(req), expected, "{req:?}");
+            for pending_from in [1, 3, usize::MAX] {
+                let got = store.range_start(req, pending_from).and_then(|s| match s {
+                    crate::mvcc::RangeStart::Done(resp) => Ok(resp),
+                    crate::mvcc::RangeStart::Pending(p) => p.finish(req),
+                });
+                assert_eq!(got, expected, "{req:?} pending from {pending_from}");
+            }
         }
         Ok(())
     }

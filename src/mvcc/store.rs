@@ -165,17 +165,30 @@ impl MvccStore {
     /// # Errors
     /// As [`super::range`].
     pub fn range_off_lock(&self, req: &RangeRequest) -> Result<RangeResponse> {
-        let (planned, view) = {
-            let read = self.read()?;
-            let planned = super::range::plan(&read, req)?;
-            (planned, self.storage.view())
-        };
-        match planned {
-            super::range::Planned::Done(resp) => Ok(resp),
-            super::range::Planned::Load(plan) => super::range::finish(plan, req, |key, change| {
-                let read = view.get_shared(Space::Kv, &change.rev.to_bytes());
-                stored_key_value(read, key, change)
-            }),
+        match self.range_start(req, 0)? {
+            RangeStart::Done(resp) => Ok(resp),
+            RangeStart::Pending(pending) => pending.finish(req),
+        }
+    }
+
+    /// Starts a range: answered at once if it reads fewer than `pending_from` values; otherwise
+    /// its key index part is done (under the state's lock) and its values are left to read from
+    /// a view of the store taken with it, without the lock ([`PendingRange::finish`]).
+    ///
+    /// # Errors
+    /// As [`super::range`].
+    pub fn range_start(&self, req: &RangeRequest, pending_from: usize) -> Result<RangeStart> {
+        let read = self.read()?;
+        match super::range::plan(&read, req)? {
+            super::range::Planned::Done(resp) => Ok(RangeStart::Done(resp)),
+            super::range::Planned::Load(plan) if plan.values_to_read(req) < pending_from => {
+                let resp = super::range::finish(plan, req, |key, change| read.load(key, change))?;
+                Ok(RangeStart::Done(resp))
+            }
+            super::range::Planned::Load(plan) => Ok(RangeStart::Pending(PendingRange {
+                plan,
+                view: self.storage.view(),
+            })),
         }
     }
 
@@ -445,6 +458,35 @@ pub trait KvTxn {
     fn delete_range(&mut self, range: &KeyRange, with_values: bool) -> Result<Vec<KeyValue>>;
 }
 
+/// A range begun by [`MvccStore::range_start`].
+pub enum RangeStart {
+    /// Answered.
+    Done(RangeResponse),
+    /// Its values still to read.
+    Pending(PendingRange),
+}
+
+/// A range whose key index part is done, its values to read from the view of the store taken
+/// with it (no lock held).
+pub struct PendingRange {
+    plan: super::range::Plan,
+    view: crate::storage::View,
+}
+
+impl PendingRange {
+    /// Reads the values and answers the range as [`super::range`] does.
+    ///
+    /// # Errors
+    /// A storage failure.
+    pub fn finish(self, req: &RangeRequest) -> Result<RangeResponse> {
+        let view = self.view;
+        super::range::finish(self.plan, req, |key, change| {
+            let read = view.get_shared(Space::Kv, &change.rev.to_bytes());
+            stored_key_value(read, key, change)
+        })
+    }
+}
+
 pub(super) fn load_from_disk(
     storage: &Storage,
     key: &[u8],
@@ -538,6 +580,44 @@ mod tests {
             Some(Error::Storage),
             "a failed install leaves nothing to read, for good"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn a_pending_range_reads_the_state_it_started_at_and_small_ones_are_answered_at_once(
+    ) -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = MvccStore::open(Storage::open(dir.path())?)?;
+        let put =
+            |key: &[u8], value: &[u8]| -> std::result::Result<(), Box<dyn std::error::Error>> {
+                let mut w = store.write()?;
+                w.put(key, value, 0)?;
+                w.end_request();
+                w.commit()?;
+                Ok(())
+            };
+        for i in 0..5u8 {
+            put(&[b'k', i], b"old")?;
+        }
+        let all = RangeRequest {
+            key: b"k".to_vec(),
+            range_end: b"l".to_vec(),
+            ..Default::default()
+        };
+        assert!(matches!(store.range_start(&all, 6)?, RangeStart::Done(r) if r.kvs.len() == 5));
+        let RangeStart::Pending(pending) = store.range_start(&all, 5)? else {
+            panic!("five values to read, pending from five: left pending");
+        };
+        put(b"k\x02", b"new")?;
+        put(b"k\x09", b"added")?;
+        let resp = pending.finish(&all)?;
+        assert_eq!(
+            resp.kvs.len(),
+            5,
+            "a key added after the start is not in it"
+        );
+        assert!(resp.kvs.iter().all(|kv| kv.value.as_ref() == b"old"));
+        assert_eq!(resp.header.map(|h| h.revision), Some(6));
         Ok(())
     }
 }

@@ -5,7 +5,9 @@ use std::pin::Pin;
 use futures::Stream;
 use tonic::{Request, Response, Status};
 
-use super::{disk_reads, fill_header, require_leader, status::status, validate, Context};
+use super::{
+    bulk_reads, disk_reads, fill_header, require_leader, status::status, validate, Context,
+};
 use crate::apply::{txn, Command, Op, Outcome};
 use crate::auth::{needs, Caller};
 use crate::error::Error;
@@ -31,7 +33,8 @@ impl KvService {
     }
 
     /// A range for `caller`: its read access is checked once this member has applied
-    /// everything acknowledged before the read (a permission revoked before it is seen).
+    /// everything acknowledged before the read (a permission revoked before it is seen). One that
+    /// reads many values reads them on a bulk thread, below the writes' priority (`bulk_reads`).
     async fn read_range(
         &self,
         caller: Option<&Caller>,
@@ -47,15 +50,23 @@ impl KvService {
         }
         self.ctx.check(caller, || needs::range(r))?;
         let mvcc = self.ctx.node.mvcc();
-        let mut resp = disk_reads::run(|slow| {
+        let started = disk_reads::run(|slow| {
             if slow {
-                mvcc.range_off_lock(r)
+                mvcc.range_off_lock(r).map(mvcc::RangeStart::Done)
             } else {
-                let read = mvcc.read()?;
-                mvcc::range(&read, r)
+                mvcc.range_start(r, bulk_reads::BULK_VALUES)
             }
-        })
-        .map_err(status)?;
+        });
+        let mut resp = match started.map_err(status)? {
+            mvcc::RangeStart::Done(resp) => resp,
+            mvcc::RangeStart::Pending(pending) => {
+                let req = r.clone();
+                bulk_reads::run(move || pending.finish(&req))
+                    .await
+                    .ok_or_else(unexpected)?
+                    .map_err(status)?
+            }
+        };
         fill_header(&self.ctx.node, &mut resp.header);
         Ok(resp)
     }

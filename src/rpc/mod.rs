@@ -3,6 +3,7 @@
 //! [`status`], the single catalogue of etcd's wire errors.
 
 pub mod auth;
+pub mod bulk_reads;
 pub mod cluster;
 pub mod disk_reads;
 pub mod election;
