@@ -22,9 +22,9 @@ mod write_txn;
 pub use index_build::Changes;
 pub use key_index::{KeyIndex, KeyRange, KeyRevision};
 pub use lease_table::{LeaseInfo, LeaseTable};
-pub use range::range;
+pub use range::{range, PendingRange, RangeStart};
 pub use revision::Revision;
-pub use store::{KvTxn, MvccStore, PendingRange, RangeStart, ReadTxn};
+pub use store::{KvTxn, MvccStore, ReadTxn};
 pub use write_txn::WriteTxn;
 
 /// The store's records as they lie on disk, for tools that convert them from and to another

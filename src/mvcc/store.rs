@@ -8,13 +8,14 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use super::garbage::Garbage;
 use super::published::{Published, Unreadable};
+use super::range::{PendingRange, RangeStart};
 use super::records::{
     alarm_bit, decode_alarm_key, decode_as, decode_lease, decode_record, etcd_entry, key_value,
     to_event,
 };
 use super::{KeyIndex, KeyRange, KeyRevision, LeaseInfo, LeaseTable, Revision, WriteTxn};
 use crate::error::{Error, Result};
-use crate::pb::etcdserverpb::{RangeRequest, RangeResponse};
+use crate::pb::etcdserverpb::RangeRequest;
 use crate::pb::mvccpb::{Event, KeyValue};
 use crate::storage::{meta_key, Space, Storage, StorageError, StorageResult};
 
@@ -156,24 +157,12 @@ impl MvccStore {
         })
     }
 
-    /// Answers a range as [`super::range`] does, but reads the values without holding the
-    /// state's lock: from a snapshot of the state database taken with the key index. For reads
-    /// that wait for the disk: the apply needs the lock for writing, and a range holding it
-    /// through disk reads held every write behind it (benches/RESULTS.md, "A cold range held
-    /// every write").
-    ///
-    /// # Errors
-    /// As [`super::range`].
-    pub fn range_off_lock(&self, req: &RangeRequest) -> Result<RangeResponse> {
-        match self.range_start(req, 0)? {
-            RangeStart::Done(resp) => Ok(resp),
-            RangeStart::Pending(pending) => pending.finish(req),
-        }
-    }
-
     /// Starts a range: answered at once if it reads fewer than `pending_from` values; otherwise
-    /// its key index part is done (under the state's lock) and its values are left to read from
-    /// a view of the store taken with it, without the lock ([`PendingRange::finish`]).
+    /// its key-index part is done under the state's lock and its values are left to read from a
+    /// view of the store taken with it, without the lock ([`PendingRange::finish`]). For reads
+    /// that wait for the disk or read many values: the apply needs the lock for writing, and a
+    /// range holding it through its reads held every write behind it (benches/RESULTS.md, "A
+    /// cold range held every write").
     ///
     /// # Errors
     /// As [`super::range`].
@@ -182,13 +171,14 @@ impl MvccStore {
         match super::range::plan(&read, req)? {
             super::range::Planned::Done(resp) => Ok(RangeStart::Done(resp)),
             super::range::Planned::Load(plan) if plan.values_to_read(req) < pending_from => {
-                let resp = super::range::finish(plan, req, |key, change| read.load(key, change))?;
+                let resp = super::range::finish(&plan, req, |key, change| read.load(key, change))?;
                 Ok(RangeStart::Done(resp))
             }
-            super::range::Planned::Load(plan) => Ok(RangeStart::Pending(PendingRange {
+            super::range::Planned::Load(plan) => Ok(RangeStart::Pending(PendingRange::new(
                 plan,
-                view: self.storage.view(),
-            })),
+                req,
+                self.storage.view(),
+            ))),
         }
     }
 
@@ -458,35 +448,6 @@ pub trait KvTxn {
     fn delete_range(&mut self, range: &KeyRange, with_values: bool) -> Result<Vec<KeyValue>>;
 }
 
-/// A range begun by [`MvccStore::range_start`].
-pub enum RangeStart {
-    /// Answered.
-    Done(RangeResponse),
-    /// Its values still to read.
-    Pending(PendingRange),
-}
-
-/// A range whose key index part is done, its values to read from the view of the store taken
-/// with it (no lock held).
-pub struct PendingRange {
-    plan: super::range::Plan,
-    view: crate::storage::View,
-}
-
-impl PendingRange {
-    /// Reads the values and answers the range as [`super::range`] does.
-    ///
-    /// # Errors
-    /// A storage failure.
-    pub fn finish(self, req: &RangeRequest) -> Result<RangeResponse> {
-        let view = self.view;
-        super::range::finish(self.plan, req, |key, change| {
-            let read = view.get_shared(Space::Kv, &change.rev.to_bytes());
-            stored_key_value(read, key, change)
-        })
-    }
-}
-
 pub(super) fn load_from_disk(
     storage: &Storage,
     key: &[u8],
@@ -497,7 +458,7 @@ pub(super) fn load_from_disk(
 }
 
 /// The `KeyValue` of `key` at `change`, from its record as read (it must be there).
-fn stored_key_value(
+pub(super) fn stored_key_value(
     read: StorageResult<Option<bytes::Bytes>>,
     key: &[u8],
     change: &KeyRevision,
@@ -580,44 +541,6 @@ mod tests {
             Some(Error::Storage),
             "a failed install leaves nothing to read, for good"
         );
-        Ok(())
-    }
-
-    #[test]
-    fn a_pending_range_reads_the_state_it_started_at_and_small_ones_are_answered_at_once(
-    ) -> std::result::Result<(), Box<dyn std::error::Error>> {
-        let dir = tempfile::tempdir()?;
-        let store = MvccStore::open(Storage::open(dir.path())?)?;
-        let put =
-            |key: &[u8], value: &[u8]| -> std::result::Result<(), Box<dyn std::error::Error>> {
-                let mut w = store.write()?;
-                w.put(key, value, 0)?;
-                w.end_request();
-                w.commit()?;
-                Ok(())
-            };
-        for i in 0..5u8 {
-            put(&[b'k', i], b"old")?;
-        }
-        let all = RangeRequest {
-            key: b"k".to_vec(),
-            range_end: b"l".to_vec(),
-            ..Default::default()
-        };
-        assert!(matches!(store.range_start(&all, 6)?, RangeStart::Done(r) if r.kvs.len() == 5));
-        let RangeStart::Pending(pending) = store.range_start(&all, 5)? else {
-            panic!("five values to read, pending from five: left pending");
-        };
-        put(b"k\x02", b"new")?;
-        put(b"k\x09", b"added")?;
-        let resp = pending.finish(&all)?;
-        assert_eq!(
-            resp.kvs.len(),
-            5,
-            "a key added after the start is not in it"
-        );
-        assert!(resp.kvs.iter().all(|kv| kv.value.as_ref() == b"old"));
-        assert_eq!(resp.header.map(|h| h.revision), Some(6));
         Ok(())
     }
 }

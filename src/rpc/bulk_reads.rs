@@ -21,20 +21,22 @@ pub const NICE: i32 = 10;
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// Runs `work` on a bulk thread and waits for its answer; `None` if it panicked. Where the
-/// threads could not be started, `work` runs in place.
+/// Runs `work` on a bulk thread and waits for its answer; `None` if it panicked. Work whose
+/// caller has gone away (its request cancelled) is skipped. Where the bulk threads could not be
+/// started, `work` runs on the runtime's blocking threads instead.
 pub async fn run<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let job: Job = Box::new(move || {
-        let _ = tx.send(work());
-    });
-    match pool() {
-        Some(jobs) => {
-            if let Err(mpsc::SendError(job)) = jobs.send(job) {
-                job();
-            }
+        if !tx.is_closed() {
+            let _ = tx.send(work());
         }
-        None => job(),
+    });
+    let unsent = match pool() {
+        Some(jobs) => jobs.send(job).err().map(|mpsc::SendError(job)| job),
+        None => Some(job),
+    };
+    if let Some(job) = unsent {
+        drop(tokio::task::spawn_blocking(job));
     }
     rx.await.ok()
 }
@@ -77,40 +79,63 @@ fn serve(jobs: &Mutex<mpsc::Receiver<Job>>) {
     }
 }
 
-/// Sets the calling thread's nice value to [`NICE`].
+/// Raises the calling thread's nice value to [`NICE`] (a process already nicer keeps its own:
+/// lowering it back would need a privilege).
+#[cfg(target_os = "linux")]
 fn lower_priority() -> std::io::Result<()> {
-    let me = rustix::thread::gettid();
-    rustix::process::setpriority_process(Some(me), NICE)?;
+    let me = Some(rustix::thread::gettid());
+    let current = rustix::process::getpriority_process(me)?;
+    rustix::process::setpriority_process(me, current.max(NICE))?;
+    Ok(())
+}
+
+/// Elsewhere a thread's priority is the process's: the bulk threads keep it.
+#[cfg(not(target_os = "linux"))]
+fn lower_priority() -> std::io::Result<()> {
     Ok(())
 }
 
 #[cfg(test)]
+#[cfg(target_os = "linux")]
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn work_runs_on_a_bulk_thread_of_lower_priority() {
-        let got = run(|| {
-            let name = std::thread::current().name().map(str::to_string);
-            let nice = rustix::process::getpriority_process(Some(rustix::thread::gettid())).ok();
-            (name, nice)
-        })
-        .await;
-        let named = got
-            .as_ref()
-            .and_then(|(name, _)| name.as_deref())
-            .is_some_and(|name| name.starts_with("bulk-read-"));
-        assert!(named, "{got:?}");
-        // Raising a nice value needs no privilege, so it is always allowed.
-        assert_eq!(got.and_then(|(_, nice)| nice), Some(NICE));
+    /// The calling thread's nice value.
+    fn nice() -> Option<i32> {
+        rustix::process::getpriority_process(Some(rustix::thread::gettid())).ok()
+    }
+
+    fn on_a_bulk_thread() -> bool {
+        std::thread::current()
+            .name()
+            .is_some_and(|name| name.starts_with("bulk-read-"))
     }
 
     #[tokio::test]
-    async fn a_job_that_panics_answers_none_and_the_threads_go_on() {
-        let failed = run(|| -> u32 { panic!("a failing read") }).await;
-        assert_eq!(failed, None);
+    async fn work_runs_on_a_bulk_thread_of_lower_priority_and_the_caller_keeps_its_own() {
+        let caller = nice();
+        let got = run(|| (on_a_bulk_thread(), nice())).await;
+        assert_eq!(got.map(|(bulk, _)| bulk), Some(true));
+        let bulk_nice = got.and_then(|(_, n)| n);
+        assert!(bulk_nice.is_some_and(|n| n >= NICE), "{bulk_nice:?}");
+        assert!(
+            bulk_nice > caller || caller.is_some_and(|n| n >= NICE),
+            "bulk {bulk_nice:?}, caller {caller:?}"
+        );
+        assert_eq!(nice(), caller, "the calling thread keeps its priority");
+    }
+
+    #[tokio::test]
+    async fn jobs_that_panic_answer_none_and_every_bulk_thread_goes_on() {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        for _ in 0..=threads {
+            assert_eq!(run(|| -> u32 { panic!("a failing read") }).await, None);
+        }
         for i in 0..8u32 {
-            assert_eq!(run(move || i * 2).await, Some(i * 2));
+            assert_eq!(
+                run(move || (on_a_bulk_thread(), i * 2)).await,
+                Some((true, i * 2))
+            );
         }
     }
 }

@@ -50,21 +50,28 @@ impl KvService {
         }
         self.ctx.check(caller, || needs::range(r))?;
         let mvcc = self.ctx.node.mvcc();
+        // While reads wait for the disk, every range reads off the state's lock (small ones
+        // right here, off the worker); otherwise only those reading many values.
         let started = disk_reads::run(|slow| {
-            if slow {
-                mvcc.range_off_lock(r).map(mvcc::RangeStart::Done)
-            } else {
-                mvcc.range_start(r, bulk_reads::BULK_VALUES)
+            let pending_from = if slow { 0 } else { bulk_reads::BULK_VALUES };
+            match mvcc.range_start(r, pending_from)? {
+                mvcc::RangeStart::Pending(p) if p.values() < bulk_reads::BULK_VALUES => {
+                    p.finish(r).map(mvcc::RangeStart::Done)
+                }
+                started => Ok(started),
             }
         });
         let mut resp = match started.map_err(status)? {
             mvcc::RangeStart::Done(resp) => resp,
             mvcc::RangeStart::Pending(pending) => {
                 let req = r.clone();
-                bulk_reads::run(move || pending.finish(&req))
+                // The pending range (its view) comes back to be dropped here, not on a thread
+                // of low priority (see `PendingRange::finish`).
+                let (read, pending) = bulk_reads::run(move || (pending.finish(&req), pending))
                     .await
-                    .ok_or_else(unexpected)?
-                    .map_err(status)?
+                    .ok_or_else(unexpected)?;
+                drop(pending);
+                read.map_err(status)?
             }
         };
         fill_header(&self.ctx.node, &mut resp.header);
