@@ -187,7 +187,7 @@ fn compact_index_step(state: &RwLock<State>, garbage: &Garbage) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::time::Instant;
 
     use crate::mvcc::{KvTxn, MvccStore};
@@ -212,7 +212,8 @@ mod tests {
         Ok(())
     }
 
-    fn wait_drained(store: &MvccStore) -> TestResult {
+    /// Waits until every compacted revision's record is deleted (at most 20 s).
+    pub(in crate::mvcc) fn wait_drained(store: &MvccStore) -> TestResult {
         let deadline = Instant::now() + std::time::Duration::from_secs(20);
         while store.compaction_pending() > 0 {
             if Instant::now() > deadline {

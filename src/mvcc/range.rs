@@ -72,22 +72,17 @@ pub enum RangeStart {
 /// with it (no lock held).
 pub struct PendingRange {
     plan: Plan,
-    values: usize,
     view: View,
 }
 
 impl PendingRange {
-    pub(super) fn new(plan: Plan, req: &RangeRequest, view: View) -> Self {
-        PendingRange {
-            values: plan.values_to_read(req),
-            plan,
-            view,
-        }
+    pub(super) fn new(plan: Plan, view: View) -> Self {
+        PendingRange { plan, view }
     }
 
-    /// How many values [`Self::finish`] reads.
-    pub fn values(&self) -> usize {
-        self.values
+    /// How many values [`Self::finish`] reads for `req`.
+    pub fn values(&self, req: &RangeRequest) -> usize {
+        self.plan.values_to_read(req)
     }
 
     /// Reads the values and answers the range as [`range`] does. The view stays with `self`:
@@ -406,7 +401,7 @@ mod tests {
         let RangeStart::Pending(pending) = store.range_start(&all, 5)? else {
             return Err("five values to read, pending from five: not left pending".into());
         };
-        assert_eq!(pending.values(), 5);
+        assert_eq!(pending.values(&all), 5);
         // Overwritten, added, then compacted and the old records deleted: the pending range
         // reads them through its view all the same.
         put(&store, b"k\x02", b"new")?;
@@ -414,13 +409,7 @@ mod tests {
         let mut w = store.write()?;
         w.compact(w.read_revision())?;
         w.commit()?;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while store.compaction_pending() > 0 {
-            if std::time::Instant::now() > deadline {
-                return Err("compacted revisions never deleted".into());
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        crate::mvcc::garbage::tests::wait_drained(&store)?;
         let at_start = RangeRequest {
             revision: 6,
             ..all.clone()

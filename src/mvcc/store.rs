@@ -176,7 +176,6 @@ impl MvccStore {
             }
             super::range::Planned::Load(plan) => Ok(RangeStart::Pending(PendingRange::new(
                 plan,
-                req,
                 self.storage.view(),
             ))),
         }

@@ -55,7 +55,7 @@ impl KvService {
         let started = disk_reads::run(|slow| {
             let pending_from = if slow { 0 } else { bulk_reads::BULK_VALUES };
             match mvcc.range_start(r, pending_from)? {
-                mvcc::RangeStart::Pending(p) if p.values() < bulk_reads::BULK_VALUES => {
+                mvcc::RangeStart::Pending(p) if p.values(r) < bulk_reads::BULK_VALUES => {
                     p.finish(r).map(mvcc::RangeStart::Done)
                 }
                 started => Ok(started),
