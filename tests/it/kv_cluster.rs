@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use concord::pb::etcdserverpb::RangeRequest;
+use concord::pb::etcdserverpb::{PutRequest, RangeRequest};
 
 use crate::cluster::{as_strings, put, put_numbered, put_retrying, range_k, Cluster, TestResult};
 
@@ -271,5 +271,60 @@ async fn a_large_txn_answer_comes_back_through_a_follower() -> TestResult {
     assert_eq!(ranged.kvs.len(), 6);
     assert!(ranged.kvs.iter().all(|kv| kv.value.len() == value.len()));
     other?;
+    Ok(())
+}
+
+/// Linearizable reads while every member takes longer than a heartbeat interval to sync an
+/// append: the read index's confirmation round gives each follower one heartbeat interval, and
+/// one that comes back without a quorum is asked again while this member still leads, as
+/// etcd's read loop sends its ReadIndex again until the request times out. Before, the read
+/// failed at once with "request timed out" (a CI run on a busy machine, 2026-12-07).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn linearizable_reads_wait_out_followers_slower_than_a_heartbeat() -> TestResult {
+    // etcd's default timing: a heartbeat every 100 ms, elections after 1 s.
+    let mut c = Cluster::prepare(3, &[])?.with_timing(100, 1000);
+    for i in 0..3 {
+        c.spawn(i)?;
+    }
+    let leader = c.wait_leader(Duration::from_secs(20)).await?;
+    for i in 0..3 {
+        c.set_fsync_delay(i, 150)?;
+    }
+    let until = Instant::now() + Duration::from_secs(4);
+    let mut kv = c.kv(leader).await?;
+    let writer = tokio::spawn(async move {
+        let mut writes = 0u64;
+        while Instant::now() < until {
+            kv.put(PutRequest {
+                key: format!("w/{}", writes % 16).into_bytes(),
+                value: vec![b'v'; 64],
+                ..Default::default()
+            })
+            .await?;
+            writes += 1;
+        }
+        Ok::<u64, tonic::Status>(writes)
+    });
+    let mut kv = c.kv(leader).await?;
+    let (mut reads, mut failures) = (0u64, Vec::new());
+    while Instant::now() < until {
+        let read = kv.range(RangeRequest {
+            key: b"w/0".to_vec(),
+            ..Default::default()
+        });
+        match read.await {
+            Ok(_) => reads += 1,
+            Err(e) => failures.push(format!("{:?}: {}", e.code(), e.message())),
+        }
+    }
+    let writes = writer.await??;
+    assert!(
+        failures.is_empty(),
+        "{} of {} reads failed beside {writes} writes: {:?}",
+        failures.len(),
+        reads + failures.len() as u64,
+        &failures[..failures.len().min(5)]
+    );
+    assert!(reads > 0 && writes > 0, "{reads} reads, {writes} writes");
     Ok(())
 }
