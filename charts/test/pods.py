@@ -72,10 +72,20 @@ class Network:
         self.prefix = prefix
         self.addresses = {}  # namespace -> IP
         self.names = {}  # DNS name -> IP
-        # What an interrupted run may have left behind.
+        # What an interrupted run may have left behind: its namespaces, the pods still running
+        # in them (they keep a deleted namespace alive), and the host ends of its veths (named
+        # as this run will name its own).
         for line in run("ip", "netns", "list").stdout.splitlines():
             if line.startswith(prefix):
-                run("ip", "netns", "del", line.split()[0], check=False)
+                ns = line.split()[0]
+                for pid in run("ip", "netns", "pids", ns, check=False).stdout.split():
+                    run("kill", "-9", pid, check=False)
+                run("ip", "netns", "del", ns, check=False)
+        for line in run("ip", "-o", "link", "show").stdout.splitlines():
+            fields = line.split(":")
+            name = fields[1].strip().split("@")[0] if len(fields) > 1 else ""
+            if re.fullmatch(r"kc\d+", name):
+                run("ip", "link", "del", name, check=False)
         run("ip", "link", "del", BRIDGE, check=False)
         run("ip", "link", "add", BRIDGE, "type", "bridge")
         run("ip", "addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE, check=False)
