@@ -79,18 +79,7 @@ impl RaftNode {
         let round = async {
             loop {
                 let answer = match self.live_leader(deadline).await? {
-                    Leader::Local => match confirm_leadership(&self.raft).await {
-                        // A quorum slower to answer than the round's heartbeat interval (a busy
-                        // machine, a follower behind its disk): asked again while this member
-                        // still leads with a quorum heard within an election timeout, as etcd's
-                        // read loop sends its ReadIndex again until the request times out. A
-                        // leader cut off for that long no longer leads (`leader`) and fails.
-                        Err(Error::Timeout) if self.leader() == Some(self.id) => {
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                            continue;
-                        }
-                        other => other,
-                    },
+                    Leader::Local => confirm_leadership(&self.raft).await,
                     Leader::Remote(l) => {
                         let ask = session_request::Body::ReadIndex(ReadIndexRequest {});
                         match self.ask_leader(l, ask).await {
@@ -104,11 +93,16 @@ impl RaftNode {
                     }
                 };
                 match answer {
-                    Err(Error::NoLeader | Error::LeaderChanged) => {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
+                    Err(Error::NoLeader | Error::LeaderChanged) => {}
+                    // A quorum slower to answer than the round's heartbeat interval (a busy
+                    // machine, a follower behind its disk): asked again while this member still
+                    // leads with a quorum heard within an election timeout, as etcd's read loop
+                    // sends its ReadIndex again until the request times out. A leader cut off
+                    // for that long no longer leads (`leader`) and fails.
+                    Err(Error::Timeout) if self.leader() == Some(self.id) => {}
                     other => return other,
                 }
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         };
         tokio::time::timeout_at(deadline, round)

@@ -222,6 +222,21 @@ impl Cluster {
         Ok(c)
     }
 
+    /// Starts three members at etcd's default timing (heartbeat 100 ms, election 1 s), waits for
+    /// a leader, then makes every member's log fsync take `fsync_ms` (the slow-disk failpoint).
+    /// Returns the cluster and its leader.
+    pub async fn three_with_slow_disks(fsync_ms: u64) -> TestResult<(Self, usize)> {
+        let mut c = Self::prepare(3, &[])?.with_timing(100, 1000);
+        for i in 0..3 {
+            c.spawn(i)?;
+        }
+        let leader = c.wait_leader(Duration::from_secs(20)).await?;
+        for i in 0..3 {
+            c.set_fsync_delay(i, fsync_ms)?;
+        }
+        Ok((c, leader))
+    }
+
     /// Plans `n` bootstrapping members (ports, names, data dirs) without starting them.
     pub fn prepare(n: usize, extra_args: &[&str]) -> TestResult<Self> {
         let mut specs = Vec::new();

@@ -281,15 +281,8 @@ async fn a_large_txn_answer_comes_back_through_a_follower() -> TestResult {
 /// failed at once with "request timed out" (a CI run on a busy machine, 2026-12-07).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn linearizable_reads_wait_out_followers_slower_than_a_heartbeat() -> TestResult {
-    // etcd's default timing: a heartbeat every 100 ms, elections after 1 s.
-    let mut c = Cluster::prepare(3, &[])?.with_timing(100, 1000);
-    for i in 0..3 {
-        c.spawn(i)?;
-    }
-    let leader = c.wait_leader(Duration::from_secs(20)).await?;
-    for i in 0..3 {
-        c.set_fsync_delay(i, 150)?;
-    }
+    // etcd's default timing; every log fsync takes 150 ms, half again a heartbeat interval.
+    let (c, leader) = Cluster::three_with_slow_disks(150).await?;
     let until = Instant::now() + Duration::from_secs(4);
     let mut kv = c.kv(leader).await?;
     let writer = tokio::spawn(async move {

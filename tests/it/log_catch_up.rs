@@ -94,16 +94,8 @@ async fn a_newcomer_catches_up_through_the_log_without_either_member_growing() -
 /// bug 8: 99 such timeouts in 8 s of 1 MB puts, 12 puts a second).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_appends_to_followers_with_slow_disks_are_not_abandoned() -> TestResult {
-    // etcd's default timing: a heartbeat every 100 ms, elections after 1 s.
-    let mut c = Cluster::prepare(3, &[])?.with_timing(100, 1000);
-    for i in 0..3 {
-        c.spawn(i)?;
-    }
-    c.wait_leader(Duration::from_secs(20)).await?;
-    // Every log fsync takes 150 ms, half again a heartbeat interval.
-    for i in 0..3 {
-        c.set_fsync_delay(i, 150)?;
-    }
+    // etcd's default timing; every log fsync takes 150 ms, half again a heartbeat interval.
+    let (c, _) = Cluster::three_with_slow_disks(150).await?;
     // Values of 1 MiB from 8 writers: entries of one or two of them.
     put_big_values(&c, 24, 1 << 20).await?;
     let revision = applied_revision(&c, 0).await.ok_or("no status")?;

@@ -24,7 +24,7 @@ import (
 func main() {
 	endpoint := flag.String("endpoint", "127.0.0.1:2379", "the server's client URL (host:port)")
 	load := flag.Int("load", 0, "objects of 2-8 KiB to load first, as cpbench lays them out (10 types x 50 namespaces)")
-	prefix := flag.String("prefix", "/registry/t3/", "the prefix to list")
+	prefix := flag.String("prefix", "/registry/type03/", "the prefix to list")
 	page := flag.Int64("page", 500, "objects per page")
 	rounds := flag.Int("rounds", 20, "whole lists to time")
 	window := flag.Int("window", 0, "the client's HTTP/2 receive windows in bytes (0: grpc-go's default, sized by its BDP estimate)")
@@ -36,6 +36,9 @@ func main() {
 }
 
 func run(endpoint string, load int, prefix string, page int64, rounds int, window int32) error {
+	if rounds < 1 || page < 1 {
+		return fmt.Errorf("--rounds and --page must be at least 1")
+	}
 	config := clientv3.Config{Endpoints: []string{endpoint}, Logger: zap.NewNop(), MaxCallRecvMsgSize: 64 << 20}
 	if window > 0 {
 		config.DialOptions = []grpc.DialOption{grpc.WithInitialWindowSize(window), grpc.WithInitialConnWindowSize(window)}
@@ -110,7 +113,7 @@ func loadObjects(ctx context.Context, c *clientv3.Client, count int) error {
 			for i := w; i < count; i += loaders {
 				value := make([]byte, 2048+rng.Intn(6144))
 				rng.Read(value)
-				key := fmt.Sprintf("/registry/t%d/ns-%02d/obj-%06d", i%10, (i/10)%50, i)
+				key := fmt.Sprintf("/registry/type%02d/ns-%02d/obj-%06d", i%10, (i/10)%50, i)
 				if _, err := c.Put(ctx, key, string(value)); err != nil {
 					errs <- err
 					return
