@@ -32,8 +32,12 @@ fn current(txn: &impl KvTxn, key: &[u8]) -> Option<crate::mvcc::KeyRevision> {
 /// Applies a put; the header holds the revision of the write.
 ///
 /// # Errors
-/// Those of [`check_put`], or a storage failure.
+/// Those of [`check_put`], or a storage failure. A put of its own is checked for its lease
+/// first, as etcd's applier does (in a txn, [`check_put`]'s order: the key first).
 pub fn put(txn: &mut impl KvTxn, req: &PutRequest) -> Result<PutResponse> {
+    if req.lease != 0 && !txn.lease_exists(req.lease) {
+        return Err(Error::LeaseNotFound);
+    }
     check_put(txn, req)?;
     let mut value = req.value.as_slice();
     let mut lease = req.lease;

@@ -225,6 +225,13 @@ fn put_flags_follow_etcd() -> TestResult {
         ..put_req("a", "x")
     }));
     assert_eq!(error_of(&lease), Some(Error::LeaseNotFound));
+    // Both wrong: a put of its own is checked for its lease first, as etcd's applier does.
+    let both = f.apply(Op::Put(PutRequest {
+        ignore_value: true,
+        lease: 7,
+        ..put_req("a", "")
+    }));
+    assert_eq!(error_of(&both), Some(Error::LeaseNotFound));
     assert_eq!(f.store.current_revision(), 1, "failed puts change nothing");
     f.put("a", "keep");
     let r = f.apply(Op::Put(PutRequest {
@@ -336,6 +343,84 @@ fn a_failing_txn_precondition_writes_nothing() -> TestResult {
     assert_eq!(error_of(&f.apply(Op::Txn(txn))), Some(Error::KeyNotFound));
     assert_eq!(f.store.current_revision(), 1);
     assert!(f.get(get_req("x"))?.kvs.is_empty());
+    Ok(())
+}
+
+/// A put that needs its key's previous version, after a delete of that key earlier in the same
+/// txn (here a delete whose range ends at "\0", which etcd's duplicate-key check lets through,
+/// and on which etcd 3.5 panics while applying), is refused whole: no op of the txn is written.
+#[test]
+fn a_put_needing_a_key_its_txn_deleted_first_fails_the_whole_txn() -> TestResult {
+    let f = Fixture::new()?;
+    f.put("b", "1");
+    f.put("z", "1");
+    let delete_from = |k: &str| {
+        op(Request::RequestDeleteRange(DeleteRangeRequest {
+            key: k.into(),
+            range_end: vec![0],
+            ..Default::default()
+        }))
+    };
+    let put_keeping_value = |k: &str| {
+        op(Request::RequestPut(PutRequest {
+            ignore_value: true,
+            ..put_req(k, "")
+        }))
+    };
+    let nested = TxnRequest {
+        success: vec![
+            op(Request::RequestPut(put_req("a", "new"))),
+            delete_from("y"),
+        ],
+        ..Default::default()
+    };
+    for success in [
+        vec![delete_from("c"), put_keeping_value("z")],
+        vec![op(Request::RequestTxn(nested)), put_keeping_value("z")],
+    ] {
+        let txn = TxnRequest {
+            success,
+            ..Default::default()
+        };
+        assert_eq!(error_of(&f.apply(Op::Txn(txn))), Some(Error::KeyNotFound));
+        assert_eq!(
+            f.store.current_revision(),
+            3,
+            "nothing of the txn is written"
+        );
+        assert!(f.get(get_req("a"))?.kvs.is_empty());
+        assert_eq!(f.get(get_req("z"))?.kvs.len(), 1);
+    }
+    // In the other order the put finds its key, then the delete removes it.
+    let txn = TxnRequest {
+        success: vec![put_keeping_value("z"), delete_from("c")],
+        ..Default::default()
+    };
+    let Outcome::Txn(t) = f.apply(Op::Txn(txn)) else {
+        return Err("txn failed".into());
+    };
+    assert!(t.succeeded);
+    assert_eq!(f.store.current_revision(), 4);
+    assert!(f.get(get_req("z"))?.kvs.is_empty());
+    Ok(())
+}
+
+/// etcd answers a nested txn with an empty header, present but all zero.
+#[test]
+fn a_nested_txn_answers_with_an_empty_header() -> TestResult {
+    let f = Fixture::new()?;
+    let txn = TxnRequest {
+        success: vec![op(Request::RequestTxn(TxnRequest::default()))],
+        ..Default::default()
+    };
+    let Outcome::Txn(t) = f.apply(Op::Txn(txn)) else {
+        return Err("txn failed".into());
+    };
+    let Some(Response::ResponseTxn(nested)) = t.responses.first().and_then(|r| r.response.clone())
+    else {
+        return Err("no nested txn response".into());
+    };
+    assert_eq!(nested.header, Some(Default::default()));
     Ok(())
 }
 

@@ -43,7 +43,7 @@ pub fn is_read_only(req: &TxnRequest) -> bool {
 /// [`Error::FutureRevision`], [`Error::Compacted`]), with nothing written; or a storage failure.
 pub fn execute(txn: &mut impl KvTxn, req: &TxnRequest) -> Result<TxnResponse> {
     let path = choose_path(txn, req)?;
-    check_path(txn, req, &path)?;
+    check_path(txn, req, &path, &mut Vec::new())?;
     run(txn, req, &path)
 }
 
@@ -72,11 +72,32 @@ fn branch(req: &TxnRequest, succeeded: bool) -> &[RequestOp] {
     }
 }
 
-fn check_path(txn: &impl KvTxn, req: &TxnRequest, path: &Path) -> Result<()> {
+/// Checks the chosen path's ops in the order they will run, so that none fails once the first
+/// has written (a txn is applied whole or not at all). `deleted` gathers the ranges the ops
+/// before delete: a put that needs its key's previous version (`ignore_value`,
+/// `ignore_lease`) after a delete of that key in the same txn finds none. etcd's duplicate-key
+/// check lets that through when the delete's range ends at "\0" (every key from its start), and
+/// etcd then panics while applying it; here it is refused with the error its key's absence
+/// means, with nothing written.
+fn check_path(
+    txn: &impl KvTxn,
+    req: &TxnRequest,
+    path: &Path,
+    deleted: &mut Vec<KeyRange>,
+) -> Result<()> {
     let mut nested = path.nested.iter();
     for op in branch(req, path.succeeded) {
         match &op.request {
-            Some(Request::RequestPut(p)) => kv::check_put(txn, p)?,
+            Some(Request::RequestPut(p)) => {
+                kv::check_put(txn, p)?;
+                let needs_prev = p.ignore_value || p.ignore_lease;
+                if needs_prev && deleted.iter().any(|r| r.contains(&p.key)) {
+                    return Err(Error::KeyNotFound);
+                }
+            }
+            Some(Request::RequestDeleteRange(d)) => {
+                deleted.push(KeyRange::new(&d.key, &d.range_end));
+            }
             Some(Request::RequestRange(r)) if r.revision != 0 => {
                 if r.revision > txn.read_revision() {
                     return Err(Error::FutureRevision);
@@ -87,7 +108,7 @@ fn check_path(txn: &impl KvTxn, req: &TxnRequest, path: &Path) -> Result<()> {
             }
             Some(Request::RequestTxn(t)) => {
                 if let Some(p) = nested.next() {
-                    check_path(txn, t, p)?;
+                    check_path(txn, t, p, deleted)?;
                 }
             }
             _ => {}
@@ -108,8 +129,9 @@ fn run(txn: &mut impl KvTxn, req: &TxnRequest, path: &Path) -> Result<TxnRespons
             }
             Some(Request::RequestTxn(t)) => match nested.next() {
                 Some(p) => {
+                    // etcd answers a nested txn with an empty header (present, all zero).
                     let mut resp = run(txn, t, p)?;
-                    resp.header = None;
+                    resp.header = Some(ResponseHeader::default());
                     Some(Response::ResponseTxn(resp))
                 }
                 None => None,
