@@ -27,6 +27,7 @@ func call(ctx context.Context, m *member, req request) (text string, rev int64) 
 		var r *pb.RangeResponse
 		if r, err = kv.Range(ctx, req.Range); err == nil {
 			rev = scrub(r.Header)
+			tieOrder(req.Range, r)
 			resp = r
 		}
 	case req.Put != nil:
@@ -45,6 +46,7 @@ func call(ctx context.Context, m *member, req request) (text string, rev int64) 
 		var r *pb.TxnResponse
 		if r, err = kv.Txn(ctx, req.Txn); err == nil {
 			rev = scrubTxn(r)
+			txnTieOrder(req.Txn, r)
 			resp = r
 		}
 	case req.Compact != nil:
@@ -106,6 +108,65 @@ func scrub(h *pb.ResponseHeader) int64 {
 // etcd gives them the revision alone (and a nested transaction an empty header).
 func scrubTxn(r *pb.TxnResponse) int64 {
 	return scrub(r.Header)
+}
+
+// sortsByValueOrRevision tells whether r sorts by something other than the key, where keys can
+// tie.
+func sortsByValueOrRevision(r *pb.RangeRequest) bool {
+	return r.SortOrder != pb.RangeRequest_NONE && r.SortTarget != pb.RangeRequest_KEY
+}
+
+// tieOrder puts keys that tie in a range sorted by version, revision or value in key order.
+// etcd sorts with Go's sort.Sort, which does not keep the order of equal elements, and whose
+// algorithm changed between the Go versions etcd releases were built with (etcd 3.5.1, Go 1.16,
+// moves the last of seven equal keys first); Concord keeps equal keys in key order. Within ties
+// the order is unspecified, so it is compared in key order.
+func tieOrder(req *pb.RangeRequest, r *pb.RangeResponse) {
+	if !sortsByValueOrRevision(req) {
+		return
+	}
+	field := func(kv *mvccpb.KeyValue) string {
+		switch req.SortTarget {
+		case pb.RangeRequest_VERSION:
+			return fmt.Sprintf("%020d", kv.Version)
+		case pb.RangeRequest_CREATE:
+			return fmt.Sprintf("%020d", kv.CreateRevision)
+		case pb.RangeRequest_MOD:
+			return fmt.Sprintf("%020d", kv.ModRevision)
+		default:
+			return string(kv.Value)
+		}
+	}
+	sort.SliceStable(r.Kvs, func(i, j int) bool {
+		a, b := field(r.Kvs[i]), field(r.Kvs[j])
+		if a != b {
+			return (a < b) == (req.SortOrder == pb.RangeRequest_ASCEND)
+		}
+		return string(r.Kvs[i].Key) < string(r.Kvs[j].Key)
+	})
+}
+
+// txnTieOrder applies tieOrder to the ranges of the branch a transaction took.
+func txnTieOrder(req *pb.TxnRequest, r *pb.TxnResponse) {
+	ops := req.Failure
+	if r.Succeeded {
+		ops = req.Success
+	}
+	for i, op := range ops {
+		if i >= len(r.Responses) {
+			return
+		}
+		switch v := op.Request.(type) {
+		case *pb.RequestOp_RequestRange:
+			if rr := r.Responses[i].GetResponseRange(); rr != nil {
+				tieOrder(v.RequestRange, rr)
+			}
+		case *pb.RequestOp_RequestTxn:
+			if rt := r.Responses[i].GetResponseTxn(); rt != nil {
+				txnTieOrder(v.RequestTxn, rt)
+			}
+		}
+	}
 }
 
 // describe is a request as text, for a report.

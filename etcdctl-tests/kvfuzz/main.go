@@ -53,7 +53,7 @@ func main() {
 		if len(diffs) > 0 {
 			failed++
 		}
-		fmt.Printf("seed %d: %d requests, %d differences\n", seed, *steps, len(diffs))
+		fmt.Printf("seed %d: %d differences\n", seed, len(diffs))
 	}
 	if failed > 0 {
 		fmt.Printf("kvfuzz: %d of %d seeds differ from etcd\n", failed, to-from+1)

@@ -405,6 +405,55 @@ fn a_put_needing_a_key_its_txn_deleted_first_fails_the_whole_txn() -> TestResult
     Ok(())
 }
 
+/// etcd checks every put of the chosen path before any range's revision, and both before what
+/// the txn's own deletes change (bug 10's check comes last).
+#[test]
+fn txn_checks_come_in_etcds_order() -> TestResult {
+    let f = Fixture::new()?;
+    f.put("a", "1");
+    f.put("a", "2");
+    f.put("z", "1");
+    let compacted = f.apply(Op::Compaction(CompactionRequest {
+        revision: 3,
+        ..Default::default()
+    }));
+    assert!(error_of(&compacted).is_none());
+    let old_range = || {
+        op(Request::RequestRange(RangeRequest {
+            revision: 2,
+            ..get_req("a")
+        }))
+    };
+    let unknown_lease = op(Request::RequestPut(PutRequest {
+        lease: 7,
+        ..put_req("b", "1")
+    }));
+    let delete_from_c = op(Request::RequestDeleteRange(DeleteRangeRequest {
+        key: "c".into(),
+        range_end: vec![0],
+        ..Default::default()
+    }));
+    let put_keeping_value = op(Request::RequestPut(PutRequest {
+        ignore_value: true,
+        ..put_req("z", "")
+    }));
+    for (success, expect) in [
+        (vec![old_range(), unknown_lease], Error::LeaseNotFound),
+        (
+            vec![delete_from_c, put_keeping_value, old_range()],
+            Error::Compacted,
+        ),
+    ] {
+        let txn = TxnRequest {
+            success,
+            ..Default::default()
+        };
+        assert_eq!(error_of(&f.apply(Op::Txn(txn))), Some(expect));
+    }
+    assert_eq!(f.store.current_revision(), 4);
+    Ok(())
+}
+
 /// etcd answers a nested txn with an empty header, present but all zero.
 #[test]
 fn a_nested_txn_answers_with_an_empty_header() -> TestResult {

@@ -43,7 +43,7 @@ pub fn is_read_only(req: &TxnRequest) -> bool {
 /// [`Error::FutureRevision`], [`Error::Compacted`]), with nothing written; or a storage failure.
 pub fn execute(txn: &mut impl KvTxn, req: &TxnRequest) -> Result<TxnResponse> {
     let path = choose_path(txn, req)?;
-    check_path(txn, req, &path, &mut Vec::new())?;
+    check_path(txn, req, &path)?;
     run(txn, req, &path)
 }
 
@@ -72,46 +72,54 @@ fn branch(req: &TxnRequest, succeeded: bool) -> &[RequestOp] {
     }
 }
 
-/// Checks the chosen path's ops in the order they will run, so that none fails once the first
-/// has written (a txn is applied whole or not at all). `deleted` gathers the ranges the ops
-/// before delete: a put that needs its key's previous version (`ignore_value`,
-/// `ignore_lease`) after a delete of that key in the same txn finds none. etcd's duplicate-key
-/// check lets that through when the delete's range ends at "\0" (every key from its start), and
-/// etcd then panics while applying it; here it is refused with the error its key's absence
-/// means, with nothing written.
-fn check_path(
-    txn: &impl KvTxn,
-    req: &TxnRequest,
-    path: &Path,
-    deleted: &mut Vec<KeyRange>,
-) -> Result<()> {
+/// Checks the chosen path before anything is written, so that no op fails once the first has
+/// (a txn is applied whole or not at all). First etcd's checks, in etcd's order: every put (its
+/// key for `ignore_value`/`ignore_lease`, its lease) against the state before the txn, then
+/// every range's revision. Then, in the order the ops will run, a put that needs its key's
+/// previous version after a delete of that key earlier in the txn: etcd's duplicate-key check
+/// lets that through when the delete's range ends at "\0" (every key from its start), and etcd
+/// then panics while applying it; here it is refused with the error its key's absence means.
+fn check_path(txn: &impl KvTxn, req: &TxnRequest, path: &Path) -> Result<()> {
+    visit(req, path, &mut |op| match op {
+        Request::RequestPut(p) => kv::check_put(txn, p),
+        _ => Ok(()),
+    })?;
+    visit(req, path, &mut |op| match op {
+        Request::RequestRange(r) if r.revision > txn.read_revision() => Err(Error::FutureRevision),
+        Request::RequestRange(r) if r.revision != 0 && r.revision < txn.compacted_revision() => {
+            Err(Error::Compacted)
+        }
+        _ => Ok(()),
+    })?;
+    let mut deleted = Vec::new();
+    visit(req, path, &mut |op| match op {
+        Request::RequestDeleteRange(d) => {
+            deleted.push(KeyRange::new(&d.key, &d.range_end));
+            Ok(())
+        }
+        Request::RequestPut(p)
+            if (p.ignore_value || p.ignore_lease)
+                && deleted.iter().any(|r: &KeyRange| r.contains(&p.key)) =>
+        {
+            Err(Error::KeyNotFound)
+        }
+        _ => Ok(()),
+    })
+}
+
+/// Calls `f` on each op of the chosen path in the order the ops will run (a nested txn's ops
+/// where the nested txn stands), stopping at the first error.
+fn visit(req: &TxnRequest, path: &Path, f: &mut impl FnMut(&Request) -> Result<()>) -> Result<()> {
     let mut nested = path.nested.iter();
     for op in branch(req, path.succeeded) {
         match &op.request {
-            Some(Request::RequestPut(p)) => {
-                kv::check_put(txn, p)?;
-                let needs_prev = p.ignore_value || p.ignore_lease;
-                if needs_prev && deleted.iter().any(|r| r.contains(&p.key)) {
-                    return Err(Error::KeyNotFound);
-                }
-            }
-            Some(Request::RequestDeleteRange(d)) => {
-                deleted.push(KeyRange::new(&d.key, &d.range_end));
-            }
-            Some(Request::RequestRange(r)) if r.revision != 0 => {
-                if r.revision > txn.read_revision() {
-                    return Err(Error::FutureRevision);
-                }
-                if r.revision < txn.compacted_revision() {
-                    return Err(Error::Compacted);
-                }
-            }
             Some(Request::RequestTxn(t)) => {
                 if let Some(p) = nested.next() {
-                    check_path(txn, t, p, deleted)?;
+                    visit(t, p, f)?;
                 }
             }
-            _ => {}
+            Some(r) => f(r)?,
+            None => {}
         }
     }
     Ok(())
