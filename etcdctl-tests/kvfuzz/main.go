@@ -1,8 +1,10 @@
 // Command kvfuzz sends the same random KV and lease requests, raw (every field of etcd's API,
 // no client-side checks), to reference etcd and to Concord, each one fresh member, and
 // compares every answer (errors by gRPC code and message), the events two watches saw, every
-// revision's whole state still kept, and the servers' HashKV. Seeded: a seed that finds a
-// difference finds it again.
+// revision's whole state still kept, and the servers' HashKV; then the same random watch
+// creations (ranges, start revisions, filters, chosen IDs) and cancellations on a raw watch
+// stream of each, with writes between them, and what each watch answered. Seeded: a seed that
+// finds a difference finds it again.
 //
 //	go run . --etcd ../../.etcd-ref/bin/etcd-ref/etcd --concord ../../target/debug/concord \
 //	  --seeds 1-4 --steps 400 [--members 3]
@@ -178,6 +180,9 @@ func runSeed(seed uint64, steps, members int, etcdBin, concordBin, work string) 
 		diffs = append(diffs, compareEvents(fmt.Sprintf("from revision %d", rev), want, got)...)
 	}
 	diffs = append(diffs, compareHistory(ctx, ref, suts, g.compacted)...)
+	if len(diffs) == 0 {
+		diffs = append(diffs, watchRound(ctx, g, ref, watched, suts[0], 40)...)
+	}
 	return diffs, nil
 }
 

@@ -112,17 +112,22 @@ async fn receive(
                 }
                 Err(_) => Some(refused(node.mvcc().current_revision())),
             },
+            // A watch the server ended itself (its start compacted) keeps its ID until the
+            // client cancels it, as on etcd: that cancel is answered too, and frees the ID.
             Some(RequestUnion::CancelRequest(c)) => match watches.remove(&c.watch_id) {
-                Some(id) if hub.cancel(id) => Some(WatchResponse {
-                    header: Some(ResponseHeader {
-                        revision: node.mvcc().current_revision(),
+                Some(id) => {
+                    hub.cancel(id);
+                    Some(WatchResponse {
+                        header: Some(ResponseHeader {
+                            revision: node.mvcc().current_revision(),
+                            ..Default::default()
+                        }),
+                        watch_id: c.watch_id,
+                        canceled: true,
                         ..Default::default()
-                    }),
-                    watch_id: c.watch_id,
-                    canceled: true,
-                    ..Default::default()
-                }),
-                _ => None,
+                    })
+                }
+                None => None,
             },
             Some(RequestUnion::ProgressRequest(_)) => {
                 hub.request_progress(stream, tx.clone());

@@ -201,12 +201,37 @@ async fn requests_filters_prev_kv_cancel_progress_and_compaction() -> TestResult
     let mut w2 = Conn::open(&c, 0).await?;
     w2.create(WatchCreateRequest {
         start_revision: r1,
+        watch_id: 7,
         ..watch_key("b")
     })
     .await?;
     let resp = w2.next().await?.ok_or("no compaction answer")?;
     assert!(resp.canceled);
     assert_eq!(resp.compact_revision, head - 1);
+    // As on etcd, the ID of a watch the server ended stays taken until the client cancels it;
+    // that cancel is answered (once), and frees the ID.
+    let compacted_id = resp.watch_id;
+    assert_eq!(compacted_id, 7);
+    let taken = WatchCreateRequest {
+        watch_id: compacted_id,
+        ..watch_key("b")
+    };
+    w2.send(RequestUnion::CreateRequest(taken.clone())).await?;
+    let dup = w2.next().await?.ok_or("no answer")?;
+    assert!(dup.created && dup.canceled, "ID still taken: {dup:?}");
+    for _ in 0..2 {
+        w2.send(RequestUnion::CancelRequest(WatchCancelRequest {
+            watch_id: compacted_id,
+        }))
+        .await?;
+    }
+    let cancel = w2.next().await?.ok_or("no cancel answer")?;
+    assert!(cancel.canceled && cancel.watch_id == compacted_id && cancel.compact_revision == 0);
+    assert_eq!(
+        w2.create(taken).await?,
+        compacted_id,
+        "the ID is free again"
+    );
     Ok(())
 }
 
