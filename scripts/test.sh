@@ -67,8 +67,8 @@ step "random requests against etcd"
 # Random KV and lease requests, raw (every field), to etcd 3.5.1 and Concord, every answer, two
 # watches' events, every revision kept and HashKV compared (more seeds by hand: --seeds 1-200).
 (cd etcdctl-tests/kvfuzz && go vet . && go test . && go build -o ../../target/kvfuzz . &&
-  ../../target/kvfuzz --etcd "$ref/etcd" --concord ../../target/debug/concord --seeds 1-20 --steps 500 &&
-  ../../target/kvfuzz --etcd "$ref/etcd" --concord ../../target/debug/concord --seeds 1-5 --steps 500 --members 3)
+  ../../target/kvfuzz --etcd "$ref/etcd" --concord ../../target/debug/concord --seeds 1-15 --steps 500 &&
+  ../../target/kvfuzz --etcd "$ref/etcd" --concord ../../target/debug/concord --seeds 1-4 --steps 500 --members 3)
 step "etcdctl tests on three members"
 # etcdctl 3.4 on one member only: what it adds is its own client side, not the cluster's.
 # Three members run every scenario once, over TLS with client certificates (kubeadm's setup):

@@ -45,7 +45,7 @@ func call(ctx context.Context, m *member, req request) (text string, rev int64) 
 	case req.Txn != nil:
 		var r *pb.TxnResponse
 		if r, err = kv.Txn(ctx, req.Txn); err == nil {
-			rev = scrubTxn(r)
+			rev = scrub(r.Header) // the answers inside keep their headers as etcd sends them
 			txnTieOrder(req.Txn, r)
 			resp = r
 		}
@@ -73,7 +73,7 @@ func call(ctx context.Context, m *member, req request) (text string, rev int64) 
 			rev = scrub(r.Header)
 			// Seconds left differ by when each server was asked; one granted for an hour
 			// a moment ago has nearly all of it, and an expired or unknown one -1.
-			if r.TTL > r.GrantedTTL-60 && r.TTL <= r.GrantedTTL {
+			if r.GrantedTTL > 0 && r.TTL > r.GrantedTTL-60 && r.TTL <= r.GrantedTTL {
 				r.TTL = r.GrantedTTL
 			}
 			sort.Slice(r.Keys, func(i, j int) bool { return string(r.Keys[i]) < string(r.Keys[j]) })
@@ -104,23 +104,18 @@ func scrub(h *pb.ResponseHeader) int64 {
 	return h.Revision
 }
 
-// scrubTxn scrubs a transaction's own header. The answers inside it keep theirs as they are:
-// etcd gives them the revision alone (and a nested transaction an empty header).
-func scrubTxn(r *pb.TxnResponse) int64 {
-	return scrub(r.Header)
-}
-
 // sortsByValueOrRevision tells whether r sorts by something other than the key, where keys can
-// tie.
+// tie (etcd sorts ascending when such a target comes without an order).
 func sortsByValueOrRevision(r *pb.RangeRequest) bool {
-	return r.SortOrder != pb.RangeRequest_NONE && r.SortTarget != pb.RangeRequest_KEY
+	return r.SortTarget != pb.RangeRequest_KEY
 }
 
-// tieOrder puts keys that tie in a range sorted by version, revision or value in key order.
-// etcd sorts with Go's sort.Sort, which does not keep the order of equal elements, and whose
-// algorithm changed between the Go versions etcd releases were built with (etcd 3.5.1, Go 1.16,
-// moves the last of seven equal keys first); Concord keeps equal keys in key order. Within ties
-// the order is unspecified, so it is compared in key order.
+// tieOrder puts keys that tie in a range sorted by version, revision or value in key order,
+// leaving the order between different values as the server gave it. etcd sorts with Go's
+// sort.Sort, which does not keep the order of equal elements, and whose algorithm changed
+// between the Go versions etcd releases were built with (etcd 3.5.1, Go 1.16, moves the last of
+// seven equal keys first); Concord keeps equal keys in key order. Within ties the order is
+// unspecified, so it is compared in key order.
 func tieOrder(req *pb.RangeRequest, r *pb.RangeResponse) {
 	if !sortsByValueOrRevision(req) {
 		return
@@ -128,22 +123,24 @@ func tieOrder(req *pb.RangeRequest, r *pb.RangeResponse) {
 	field := func(kv *mvccpb.KeyValue) string {
 		switch req.SortTarget {
 		case pb.RangeRequest_VERSION:
-			return fmt.Sprintf("%020d", kv.Version)
+			return fmt.Sprint(kv.Version)
 		case pb.RangeRequest_CREATE:
-			return fmt.Sprintf("%020d", kv.CreateRevision)
+			return fmt.Sprint(kv.CreateRevision)
 		case pb.RangeRequest_MOD:
-			return fmt.Sprintf("%020d", kv.ModRevision)
+			return fmt.Sprint(kv.ModRevision)
 		default:
 			return string(kv.Value)
 		}
 	}
-	sort.SliceStable(r.Kvs, func(i, j int) bool {
-		a, b := field(r.Kvs[i]), field(r.Kvs[j])
-		if a != b {
-			return (a < b) == (req.SortOrder == pb.RangeRequest_ASCEND)
+	for start := 0; start < len(r.Kvs); {
+		end := start + 1
+		for end < len(r.Kvs) && field(r.Kvs[end]) == field(r.Kvs[start]) {
+			end++
 		}
-		return string(r.Kvs[i].Key) < string(r.Kvs[j].Key)
-	})
+		run := r.Kvs[start:end]
+		sort.Slice(run, func(i, j int) bool { return string(run[i].Key) < string(run[j].Key) })
+		start = end
+	}
 }
 
 // txnTieOrder applies tieOrder to the ranges of the branch a transaction took.

@@ -114,11 +114,6 @@ func (g *gen) rangeReq() *pb.RangeRequest {
 	if g.chance(30) {
 		r.SortOrder = pb.RangeRequest_SortOrder(g.rng.IntN(3))
 		r.SortTarget = pb.RangeRequest_SortTarget(g.rng.IntN(5))
-		if sortsByValueOrRevision(r) {
-			// Which of several equal keys a limit keeps is Go's sort's choice in etcd
-			// (see tieOrder): no limit then.
-			r.Limit = 0
-		}
 	}
 	r.Serializable = g.chance(20)
 	r.KeysOnly = g.chance(15)
@@ -134,6 +129,14 @@ func (g *gen) rangeReq() *pb.RangeRequest {
 	}
 	if g.chance(15) {
 		r.MaxCreateRevision = g.rng.Int64N(g.rev + 2)
+	}
+	if sortsByValueOrRevision(r) {
+		// Which of several equal keys a limit keeps is Go's sort's choice in etcd (see
+		// tieOrder): no limit then; nor keys alone by value, whose ties cannot be seen.
+		r.Limit = 0
+		if r.SortTarget == pb.RangeRequest_VALUE {
+			r.KeysOnly = false
+		}
 	}
 	return r
 }
@@ -240,7 +243,7 @@ func (g *gen) next() request {
 	case n < 65:
 		return request{Delete: g.deleteReq()}
 	case n < 85:
-		return request{Txn: g.txnReq(1)}
+		return request{Txn: g.txnReq(1 + g.rng.IntN(2))}
 	case n < 88:
 		rev := g.revision()
 		if rev > 0 && rev <= g.rev {

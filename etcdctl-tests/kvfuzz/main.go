@@ -102,7 +102,8 @@ func runSeed(seed uint64, steps, members int, etcdBin, concordBin, work string) 
 			m.stop()
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	limit := 60*time.Second + time.Duration(steps*members)*100*time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 
 	// The watches are on the last member (a follower, most often, in a cluster).
@@ -118,6 +119,9 @@ func runSeed(seed uint64, steps, members int, etcdBin, concordBin, work string) 
 	g := &gen{rng: rand.New(rand.NewPCG(seed, 0x6b76667a7a))}
 	pick := rand.New(rand.NewPCG(seed, 0x6d656d62))
 	for i := 0; i < steps && len(diffs) < maxDiffs; i++ {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("the seed's requests took longer than %v (at request %d)", limit, i)
+		}
 		req := g.next()
 		if members > 1 {
 			// A serializable read on a member that has not applied the last write yet may
@@ -126,8 +130,10 @@ func runSeed(seed uint64, steps, members int, etcdBin, concordBin, work string) 
 		}
 		sut := suts[pick.IntN(len(suts))]
 		if members > 1 && localRead(req) {
-			// etcd answers these from the member's own state, which may not have applied
-			// the last write yet: the member is given time to (linearizable ones are not).
+			// etcd answers these from the member's own state (on a cluster: txns without
+			// ops, since every range was made linearizable above, and lease lookups), which
+			// may not have applied the last write yet: the member is given time to
+			// (linearizable requests are not).
 			if err := waitApplied(ctx, sut, g.rev); err != nil {
 				diffs = append(diffs, err.Error())
 			}

@@ -3,7 +3,11 @@ package main
 import (
 	"bytes"
 	"math/rand/v2"
+	"strings"
 	"testing"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
 func TestPrefixEnd(t *testing.T) {
@@ -40,5 +44,23 @@ func TestASeedDrawsTheSameRequests(t *testing.T) {
 	}
 	if a, b := draw(), draw(); a != b || a == "" {
 		t.Error("one seed drew two different sequences")
+	}
+}
+
+// Ties are put in key order; the order between different values stays the server's, so a
+// server that sorted wrongly is still seen.
+func TestTieOrderReordersOnlyTies(t *testing.T) {
+	kv := func(key string, version int64) *mvccpb.KeyValue {
+		return &mvccpb.KeyValue{Key: []byte(key), Version: version}
+	}
+	req := &pb.RangeRequest{SortTarget: pb.RangeRequest_VERSION}
+	r := &pb.RangeResponse{Kvs: []*mvccpb.KeyValue{kv("z", 1), kv("a", 1), kv("c", 3), kv("b", 2)}}
+	tieOrder(req, r)
+	var got []string
+	for _, kv := range r.Kvs {
+		got = append(got, string(kv.Key))
+	}
+	if want := "a z c b"; strings.Join(got, " ") != want {
+		t.Errorf("got %v, want %s", got, want)
 	}
 }

@@ -80,14 +80,18 @@ func launch(name, binary, work, memberName string, clientPort, peerPort int, ini
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
 	log, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
+	// The child has its own copy of the descriptor.
+	defer func() { _ = log.Close() }()
 	cmd := exec.Command(binary, "--name", memberName, "--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
 		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
 		"--initial-cluster", initial)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	m := &member{name: name, cmd: cmd, dir: dir, exited: make(chan struct{})}

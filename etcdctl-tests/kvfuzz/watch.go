@@ -51,7 +51,7 @@ func openRawWatch(ctx context.Context, m *member) (*rawWatch, error) {
 func (w *rawWatch) record(r *pb.WatchResponse) {
 	id := r.WatchId
 	if r.Created {
-		w.byID[id] = append(w.byID[id], fmt.Sprintf("created at revision %d", r.Header.Revision))
+		w.byID[id] = append(w.byID[id], fmt.Sprintf("created at revision %d", r.GetHeader().GetRevision()))
 	}
 	for _, e := range r.Events {
 		w.byID[id] = append(w.byID[id], eventText((*mvccpb.Event)(e)))
@@ -61,7 +61,7 @@ func (w *rawWatch) record(r *pb.WatchResponse) {
 			r.CompactRevision, r.CancelReason))
 	}
 	if !r.Created && !r.Canceled && len(r.Events) == 0 {
-		w.byID[id] = append(w.byID[id], fmt.Sprintf("progress at revision %d", r.Header.Revision))
+		w.byID[id] = append(w.byID[id], fmt.Sprintf("progress at revision %d", r.GetHeader().GetRevision()))
 	}
 }
 
@@ -72,15 +72,16 @@ func (w *rawWatch) idleFor(d time.Duration) bool {
 	return time.Since(w.last) > d
 }
 
-// settle waits until both streams have answered the same and then nothing for 30 ms, or 2 s
-// have passed (etcd replays a watch's history from a loop that runs every 100 ms, so a
-// difference is given that long to close).
+// settle waits at least 150 ms (etcd replays a watch's history from a loop that runs every
+// 100 ms), then until both streams have answered the same and then nothing for 30 ms, or 2 s
+// have passed (a difference is given that long to close).
 func settle(a, b *rawWatch) {
-	deadline := time.Now().Add(2 * time.Second)
+	start := time.Now()
+	deadline := start.Add(2 * time.Second)
 	for time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
-		if a.idleFor(30*time.Millisecond) && b.idleFor(30*time.Millisecond) &&
-			firstDifference(a.snapshot(), b.snapshot()) < 0 {
+		if time.Since(start) >= 150*time.Millisecond && a.idleFor(30*time.Millisecond) &&
+			b.idleFor(30*time.Millisecond) && firstDifference(a.snapshot(), b.snapshot()) < 0 {
 			return
 		}
 	}
@@ -116,7 +117,7 @@ func (g *gen) watchCreate() *pb.WatchCreateRequest {
 	switch g.rng.IntN(6) {
 	case 0, 1:
 	case 2, 3:
-		c.StartRevision = max(1, g.compacted) + g.rng.Int64N(g.rev-max(1, g.compacted)+1)
+		c.StartRevision = max(1, g.compacted) + g.rng.Int64N(max(1, g.rev-max(1, g.compacted)+1))
 	case 4:
 		c.StartRevision = max(1, g.compacted-g.rng.Int64N(2))
 	default:
@@ -171,6 +172,13 @@ func watchRound(ctx context.Context, g *gen, ref, sut, writer *member, steps int
 			g.rev = max(g.rev, rev)
 		}
 		if send != nil {
+			// A member's answers to a create (its header, and where a watch from now starts)
+			// follow what it has applied: it is given time to apply the last write.
+			if sut != writer {
+				if err := waitApplied(ctx, sut, g.rev); err != nil {
+					return append(diffs, err.Error())
+				}
+			}
 			sent = append(sent, fmt.Sprintf("%d: %s", i, send.String()))
 			if err := refW.stream.Send(send); err != nil {
 				return append(diffs, "send to etcd: "+err.Error())

@@ -74,7 +74,7 @@ fn catch_up_round(hub: &WatchHub, mvcc: &MvccStore) -> bool {
     let mut progressed = false;
     let mut advanced = Vec::new();
     for w in &work {
-        let next = deliver(w, &events, to);
+        let next = deliver(hub, w, &events, to);
         progressed |= next > w.next_rev;
         advanced.push((w.id, next));
     }
@@ -96,9 +96,43 @@ fn catch_up_round(hub: &WatchHub, mvcc: &MvccStore) -> bool {
     progressed
 }
 
+/// What became of a message for an unsynced watcher.
+enum Delivery {
+    Sent,
+    /// The stream's buffer is full: try again in a later round.
+    Full,
+    /// The watcher was canceled meanwhile (by its client): nothing more goes to it.
+    Gone,
+}
+
+/// Sends `msg` to watcher `id` if it is still unsynced, checked and sent under the hub's lock:
+/// a client's cancel takes that lock too, so nothing of a watch follows its cancel's answer.
+/// With `remove`, a watcher the message went to leaves the hub (a compaction's cancel).
+fn send_to_unsynced(
+    hub: &WatchHub,
+    id: u64,
+    tx: &StreamTx,
+    msg: StreamMsg,
+    remove: bool,
+) -> Delivery {
+    let mut s = hub.lock();
+    if !s.unsynced.contains_key(&id) {
+        return Delivery::Gone;
+    }
+    if tx.try_send(msg).is_err() {
+        return Delivery::Full;
+    }
+    if remove {
+        if let Some(w) = s.unsynced.remove(&id) {
+            s.answer_pending_progress(w.stream);
+        }
+    }
+    Delivery::Sent
+}
+
 /// Sends `w` its events with revision in `[w.next_rev, to]`; returns the first revision not
-/// sent (`to + 1` when everything went out).
-fn deliver(w: &Work, events: &[Event], to: i64) -> i64 {
+/// sent (`to + 1` when everything went out, or when the watcher is gone).
+fn deliver(hub: &WatchHub, w: &Work, events: &[Event], to: i64) -> i64 {
     if w.next_rev > to {
         return w.next_rev;
     }
@@ -130,8 +164,10 @@ fn deliver(w: &Work, events: &[Event], to: i64) -> i64 {
             revision: to,
             events: chunk,
         };
-        if w.tx.try_send(msg).is_err() {
-            return first_rev.max(w.next_rev);
+        match send_to_unsynced(hub, w.id, &w.tx, msg, false) {
+            Delivery::Sent => {}
+            Delivery::Full => return first_rev.max(w.next_rev),
+            Delivery::Gone => return to + 1,
         }
         start = end;
     }
@@ -148,8 +184,7 @@ fn cancel_compacted(hub: &WatchHub, mvcc: &MvccStore, work: &[Work]) -> bool {
             watch_id: w.spec.watch_id,
             compact_revision: compacted,
         };
-        if w.tx.try_send(msg).is_ok() {
-            hub.cancel(w.id);
+        if let Delivery::Sent = send_to_unsynced(hub, w.id, &w.tx, msg, true) {
             progressed = true;
         }
     }
