@@ -6,15 +6,24 @@ use crate::pb::etcdserverpb::{
     DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse, ResponseHeader,
 };
 
-/// Checks that a put can succeed before anything is written: `ignore_value`/`ignore_lease` need
-/// the key to exist, and a lease must exist.
+/// Checks that a put can succeed before anything is written, in etcd's order inside a txn:
+/// `ignore_value`/`ignore_lease` need the key to exist, then a lease must exist.
 ///
 /// # Errors
 /// [`Error::KeyNotFound`] or [`Error::LeaseNotFound`].
 pub fn check_put(txn: &impl KvTxn, req: &PutRequest) -> Result<()> {
-    if (req.ignore_value || req.ignore_lease) && current(txn, &req.key).is_none() {
+    if needs_key(req) && current(txn, &req.key).is_none() {
         return Err(Error::KeyNotFound);
     }
+    check_lease(txn, req)
+}
+
+/// Whether the put keeps something of its key's current version (which must then exist).
+pub(super) fn needs_key(req: &PutRequest) -> bool {
+    req.ignore_value || req.ignore_lease
+}
+
+fn check_lease(txn: &impl KvTxn, req: &PutRequest) -> Result<()> {
     if req.lease != 0 && !txn.lease_exists(req.lease) {
         return Err(Error::LeaseNotFound);
     }
@@ -35,16 +44,18 @@ fn current(txn: &impl KvTxn, key: &[u8]) -> Option<crate::mvcc::KeyRevision> {
 /// Those of [`check_put`], or a storage failure. A put of its own is checked for its lease
 /// first, as etcd's applier does (in a txn, [`check_put`]'s order: the key first).
 pub fn put(txn: &mut impl KvTxn, req: &PutRequest) -> Result<PutResponse> {
-    if req.lease != 0 && !txn.lease_exists(req.lease) {
-        return Err(Error::LeaseNotFound);
-    }
-    check_put(txn, req)?;
+    check_lease(txn, req)?;
     let mut value = req.value.as_slice();
     let mut lease = req.lease;
     // The previous version is looked up only when the request needs it (the index lookup
     // copies the key; a plain put's index update finds the previous version itself).
-    let needs_prev = req.ignore_value || req.ignore_lease || req.prev_kv;
-    let prev = match needs_prev.then(|| current(txn, &req.key)).flatten() {
+    let prev_revision = (needs_key(req) || req.prev_kv)
+        .then(|| current(txn, &req.key))
+        .flatten();
+    if needs_key(req) && prev_revision.is_none() {
+        return Err(Error::KeyNotFound);
+    }
+    let prev = match prev_revision {
         Some(kr) => Some(txn.load(&req.key, &kr)?),
         None => None,
     };

@@ -333,10 +333,7 @@ fn a_failing_txn_precondition_writes_nothing() -> TestResult {
     let txn = TxnRequest {
         success: vec![
             op(Request::RequestPut(put_req("x", "1"))),
-            op(Request::RequestPut(PutRequest {
-                ignore_value: true,
-                ..put_req("missing", "")
-            })),
+            put_keeping_value("missing"),
         ],
         ..Default::default()
     };
@@ -344,6 +341,23 @@ fn a_failing_txn_precondition_writes_nothing() -> TestResult {
     assert_eq!(f.store.current_revision(), 1);
     assert!(f.get(get_req("x"))?.kvs.is_empty());
     Ok(())
+}
+
+/// A delete of every key from `k` on (its range ends at "\0").
+fn delete_from(k: &str) -> RequestOp {
+    op(Request::RequestDeleteRange(DeleteRangeRequest {
+        key: k.into(),
+        range_end: vec![0],
+        ..Default::default()
+    }))
+}
+
+/// A put of `k` that keeps its current value (so `k` must exist).
+fn put_keeping_value(k: &str) -> RequestOp {
+    op(Request::RequestPut(PutRequest {
+        ignore_value: true,
+        ..put_req(k, "")
+    }))
 }
 
 /// A put that needs its key's previous version, after a delete of that key earlier in the same
@@ -354,19 +368,6 @@ fn a_put_needing_a_key_its_txn_deleted_first_fails_the_whole_txn() -> TestResult
     let f = Fixture::new()?;
     f.put("b", "1");
     f.put("z", "1");
-    let delete_from = |k: &str| {
-        op(Request::RequestDeleteRange(DeleteRangeRequest {
-            key: k.into(),
-            range_end: vec![0],
-            ..Default::default()
-        }))
-    };
-    let put_keeping_value = |k: &str| {
-        op(Request::RequestPut(PutRequest {
-            ignore_value: true,
-            ..put_req(k, "")
-        }))
-    };
     let nested = TxnRequest {
         success: vec![
             op(Request::RequestPut(put_req("a", "new"))),
@@ -428,19 +429,10 @@ fn txn_checks_come_in_etcds_order() -> TestResult {
         lease: 7,
         ..put_req("b", "1")
     }));
-    let delete_from_c = op(Request::RequestDeleteRange(DeleteRangeRequest {
-        key: "c".into(),
-        range_end: vec![0],
-        ..Default::default()
-    }));
-    let put_keeping_value = op(Request::RequestPut(PutRequest {
-        ignore_value: true,
-        ..put_req("z", "")
-    }));
     for (success, expect) in [
         (vec![old_range(), unknown_lease], Error::LeaseNotFound),
         (
-            vec![delete_from_c, put_keeping_value, old_range()],
+            vec![delete_from("c"), put_keeping_value("z"), old_range()],
             Error::Compacted,
         ),
     ] {

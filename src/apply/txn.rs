@@ -98,8 +98,7 @@ fn check_path(txn: &impl KvTxn, req: &TxnRequest, path: &Path) -> Result<()> {
             Ok(())
         }
         Request::RequestPut(p)
-            if (p.ignore_value || p.ignore_lease)
-                && deleted.iter().any(|r: &KeyRange| r.contains(&p.key)) =>
+            if kv::needs_key(p) && deleted.iter().any(|r: &KeyRange| r.contains(&p.key)) =>
         {
             Err(Error::KeyNotFound)
         }

@@ -116,6 +116,17 @@ impl HubState {
         self.synced.insert(id, w);
     }
 
+    /// Removes a watch, synced or not, and answers its stream's pending progress request if
+    /// it was the last one holding it back; returns whether it existed.
+    pub(super) fn cancel(&mut self, id: u64) -> bool {
+        let stream = match self.remove_synced(id).or_else(|| self.unsynced.remove(&id)) {
+            Some(w) => w.stream,
+            None => return false,
+        };
+        self.answer_pending_progress(stream);
+        true
+    }
+
     fn remove_synced(&mut self, id: u64) -> Option<Watcher> {
         let w = self.synced.remove(&id)?;
         match &w.spec.range {
@@ -353,13 +364,7 @@ impl WatchHub {
 
     /// Removes a watch; returns whether it existed.
     pub fn cancel(&self, id: u64) -> bool {
-        let mut s = self.lock();
-        let stream = match s.remove_synced(id).or_else(|| s.unsynced.remove(&id)) {
-            Some(w) => w.stream,
-            None => return false,
-        };
-        s.answer_pending_progress(stream);
-        true
+        self.lock().cancel(id)
     }
 
     /// Removes every watch of a closed stream.

@@ -123,9 +123,7 @@ fn send_to_unsynced(
         return Delivery::Full;
     }
     if remove {
-        if let Some(w) = s.unsynced.remove(&id) {
-            s.answer_pending_progress(w.stream);
-        }
+        s.cancel(id);
     }
     Delivery::Sent
 }
