@@ -62,21 +62,43 @@ pub fn kind_of(op: &Op) -> &'static str {
     }
 }
 
+/// A storage failure while a command was applied (a record that could not be read back, or
+/// did not decode). The member cannot answer the command as the other members do, nor leave
+/// out what the command writes after the failure, nor keep what it wrote before: its state no
+/// longer follows the log. It must stop, as etcd panics there; the batch `w` is dropped
+/// uncommitted (see [`WriteTxn`]'s drop), and a restart applies the entry again from the log.
+#[derive(Debug, thiserror::Error)]
+#[error("storage failure while applying a {request} request of log entry {index}")]
+pub struct ApplyFailed {
+    /// The kind of request ([`kind_of`]).
+    pub request: &'static str,
+    /// The log entry holding it.
+    pub index: u64,
+}
+
 /// Applies one command inside the apply batch `w` and closes its request (a batch: each of its
 /// commands in order, each closing its own request).
 ///
 /// `index` is the command's Raft log index (a login's token names it).
-pub fn apply(w: &mut WriteTxn<'_>, auth: &AuthStore, index: u64, cmd: &Command) -> CommandResult {
+///
+/// # Errors
+/// [`ApplyFailed`] on a storage failure: the member must stop.
+pub fn apply(
+    w: &mut WriteTxn<'_>,
+    auth: &AuthStore,
+    index: u64,
+    cmd: &Command,
+) -> Result<CommandResult, ApplyFailed> {
     if let Some(Op::Batch(batch)) = &cmd.op {
         w.reserve_events(batch.commands.len());
         let results = batch
             .commands
             .iter()
             .map(|c| apply(w, auth, index, c))
-            .collect();
-        return CommandResult {
+            .collect::<Result<_, _>>()?;
+        return Ok(CommandResult {
             result: Some(Outcome::Batch(CommandResults { results })),
-        };
+        });
     }
     // A client's command is checked against the auth store at this point of the log; the
     // member's own commands carry no caller.
@@ -84,9 +106,9 @@ pub fn apply(w: &mut WriteTxn<'_>, auth: &AuthStore, index: u64, cmd: &Command) 
         if auth.enabled() {
             if let Err(e) = access::check(w, &auth.current(), caller, op) {
                 w.end_request();
-                return CommandResult {
+                return Ok(CommandResult {
                     result: Some(Outcome::Error(e.code())),
-                };
+                });
             }
         }
     }
@@ -161,6 +183,12 @@ pub fn apply(w: &mut WriteTxn<'_>, auth: &AuthStore, index: u64, cmd: &Command) 
         }),
         Some(Op::Batch(_)) | None => Ok(Outcome::Error(Error::Storage.code())),
     };
+    if matches!(outcome, Err(Error::Storage)) {
+        return Err(ApplyFailed {
+            request: kind(cmd),
+            index,
+        });
+    }
     let revision = w.end_request();
     let outcome = match outcome {
         Ok(mut o) => {
@@ -169,9 +197,9 @@ pub fn apply(w: &mut WriteTxn<'_>, auth: &AuthStore, index: u64, cmd: &Command) 
         }
         Err(e) => Outcome::Error(e.code()),
     };
-    CommandResult {
+    Ok(CommandResult {
         result: Some(outcome),
-    }
+    })
 }
 
 /// Whether a txn puts anything in either branch (etcd's quota cost above zero).

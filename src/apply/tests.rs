@@ -10,7 +10,7 @@ use crate::pb::etcdserverpb::{
     CompactionRequest, Compare, DeleteRangeRequest, PutRequest, RangeRequest, RangeResponse,
     RequestOp, TxnRequest,
 };
-use crate::storage::Storage;
+use crate::storage::{Space, Storage};
 
 type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
@@ -41,7 +41,9 @@ impl Fixture {
         let Ok(mut w) = self.store.write() else {
             return Outcome::Error(0);
         };
-        let r = super::apply(&mut w, &self.auth, 1, cmd);
+        let Ok(r) = super::apply(&mut w, &self.auth, 1, cmd) else {
+            return Outcome::Error(0);
+        };
         if w.commit().is_err() {
             return Outcome::Error(0);
         }
@@ -192,8 +194,8 @@ fn history_and_index_survive_reopen() -> TestResult {
         let store = MvccStore::open(storage.clone())?;
         let auth = AuthStore::open(&storage, Default::default())?;
         let mut w = store.write()?;
-        super::apply(&mut w, &auth, 1, &Command::new(Op::Put(put_req("a", "1"))));
-        super::apply(&mut w, &auth, 2, &Command::new(Op::Put(put_req("a", "2"))));
+        super::apply(&mut w, &auth, 1, &Command::new(Op::Put(put_req("a", "1"))))?;
+        super::apply(&mut w, &auth, 2, &Command::new(Op::Put(put_req("a", "2"))))?;
         w.commit()?;
     }
     let store = MvccStore::open(Storage::open(dir.path())?)?;
@@ -443,6 +445,71 @@ fn txn_checks_come_in_etcds_order() -> TestResult {
         assert_eq!(error_of(&f.apply(Op::Txn(txn))), Some(expect));
     }
     assert_eq!(f.store.current_revision(), 4);
+    Ok(())
+}
+
+/// A record that cannot be read back while a request is applied (here removed from the disk
+/// behind the store's back) fails the apply, whether the request wrote before the failure (a
+/// txn, a delete range part-way) or not (a put reading its previous value first): nothing of
+/// it is committed, and the restarted store holds the state before the request. A request that
+/// had changed the state in memory leaves the store refusing every read until then.
+/// (Before, the request answered an error with its earlier writes committed, and the other
+/// members, whose disks read, applied it whole.)
+#[test]
+fn a_storage_failure_while_applying_commits_nothing_and_stops_reads() -> TestResult {
+    let with_prev = |k: &str| PutRequest {
+        prev_kv: true,
+        ..put_req(k, "new")
+    };
+    let requests = [
+        (
+            Op::Txn(TxnRequest {
+                success: vec![
+                    op(Request::RequestPut(put_req("x", "1"))),
+                    op(Request::RequestPut(with_prev("b"))),
+                ],
+                ..Default::default()
+            }),
+            true,
+        ),
+        (
+            Op::DeleteRange(DeleteRangeRequest {
+                key: "a".into(),
+                range_end: "c".into(),
+                prev_kv: true,
+            }),
+            true,
+        ),
+        (Op::Put(with_prev("b")), false),
+    ];
+    for (request, wrote_first) in requests {
+        let dir = tempfile::tempdir()?;
+        {
+            let storage = Storage::open(dir.path())?;
+            let store = MvccStore::open(storage.clone())?;
+            let auth = AuthStore::open(&storage, Default::default())?;
+            let mut w = store.write()?;
+            super::apply(&mut w, &auth, 1, &Command::new(Op::Put(put_req("a", "1"))))?;
+            super::apply(&mut w, &auth, 2, &Command::new(Op::Put(put_req("b", "1"))))?;
+            w.commit()?;
+            // b's record (revision 3) lost.
+            let mut lose = storage.batch();
+            lose.remove(Space::Kv, &mvcc::Revision::new(3, 0).to_bytes());
+            lose.commit()?;
+
+            let mut w = store.write()?;
+            let applied = super::apply(&mut w, &auth, 3, &Command::new(request.clone()));
+            assert!(applied.is_err(), "{request:?} answered {applied:?}");
+            drop(w);
+            let refused = wrote_first.then_some(Error::Storage);
+            assert_eq!(store.read().err(), refused, "{request:?}");
+        }
+        let store = MvccStore::open(Storage::open(dir.path())?)?;
+        assert_eq!(store.current_revision(), 3, "{request:?}");
+        let read = store.read()?;
+        assert!(mvcc::range(&read, &get_req("x"))?.kvs.is_empty());
+        assert_eq!(mvcc::range(&read, &get_req("a"))?.kvs.len(), 1);
+    }
     Ok(())
 }
 

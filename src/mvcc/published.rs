@@ -30,7 +30,8 @@ pub(super) struct Published {
 pub(super) enum Unreadable {
     /// A snapshot is being installed: the state will be readable again when it ends.
     Installing,
-    /// An install failed: the member can no longer serve.
+    /// An install failed, or a write batch was dropped uncommitted: the member can no longer
+    /// serve.
     Failed,
 }
 
@@ -73,7 +74,8 @@ impl Published {
         self.condition.store(READABLE, Ordering::Release);
     }
 
-    /// Marks an install failed half-way, for good.
+    /// Marks the state unreadable for good: an install failed half-way, or a write batch was
+    /// dropped uncommitted.
     pub(super) fn failed(&self) {
         self.condition.store(FAILED, Ordering::Release);
     }

@@ -144,7 +144,9 @@ impl MvccStore {
     /// Starts a read at the current state.
     ///
     /// # Errors
-    /// When the lock is poisoned (a writer panicked).
+    /// [`Error::Installing`] while a snapshot is installed (without waiting for it);
+    /// [`Error::Storage`] when the state is unreadable for good, or the lock is poisoned (a
+    /// writer panicked).
     pub fn read(&self) -> Result<ReadTxn<'_>> {
         match self.published.readable() {
             Ok(()) => {}
@@ -153,8 +155,19 @@ impl MvccStore {
         }
         Ok(ReadTxn {
             storage: &self.storage,
-            state: self.state.read().map_err(|_| Error::Storage)?,
+            state: self.lock_readable()?,
         })
+    }
+
+    /// The state locked for reading, refused if it became unreadable for good while the reader
+    /// waited for the lock (a write batch dropped uncommitted, a failed install: memory no
+    /// longer matches the disk).
+    fn lock_readable(&self) -> Result<RwLockReadGuard<'_, State>> {
+        let state = self.state.read().map_err(|_| Error::Storage)?;
+        match self.published.readable() {
+            Err(Unreadable::Failed) => Err(Error::Storage),
+            Ok(()) | Err(Unreadable::Installing) => Ok(state),
+        }
     }
 
     /// Starts a range: answered at once if it reads fewer than `pending_from` values; otherwise
@@ -227,7 +240,7 @@ impl MvccStore {
     /// # Errors
     /// [`Error::Compacted`] when `from` is below the compacted revision; a storage failure.
     pub fn history(&self, from: i64, to: i64) -> Result<Vec<Event>> {
-        let state = self.state.read().map_err(|_| Error::Storage)?;
+        let state = self.lock_readable()?;
         if from < state.compacted {
             return Err(Error::Compacted);
         }
@@ -252,17 +265,17 @@ impl MvccStore {
 
     /// Reads lease `id` in place (a keep-alive needs its TTLs, not a copy of its keys).
     pub fn with_lease<T>(&self, id: i64, read: impl FnOnce(&LeaseInfo) -> T) -> Option<T> {
-        self.state.read().ok()?.leases.get(id).map(read)
+        self.lock_readable().ok()?.leases.get(id).map(read)
     }
 
     /// Every lease id with its granted TTL.
     pub fn leases(&self) -> Vec<(i64, i64)> {
-        self.state.read().map_or(Vec::new(), |s| s.leases.all())
+        self.lock_readable().map_or(Vec::new(), |s| s.leases.all())
     }
 
     /// Keys with history in the index (live or deleted, not yet compacted).
     pub fn key_count(&self) -> usize {
-        self.state.read().map_or(0, |s| s.index.len())
+        self.lock_readable().map_or(0, |s| s.index.len())
     }
 
     /// The current main revision (as of the last commit: never waits for one).
@@ -282,8 +295,7 @@ impl MvccStore {
 
     /// Every raised alarm: (member id, alarm type).
     pub fn alarms(&self) -> Vec<(u64, i32)> {
-        self.state
-            .read()
+        self.lock_readable()
             .map_or(Vec::new(), |s| s.alarms.iter().copied().collect())
     }
 
@@ -301,7 +313,7 @@ impl MvccStore {
     /// # Errors
     /// [`Error::Compacted`] / [`Error::FutureRevision`] for `at` out of range; a read failure.
     pub fn hash_kv(&self, at: i64) -> Result<(u32, i64, i64)> {
-        let state = self.state.read().map_err(|_| Error::Storage)?;
+        let state = self.lock_readable()?;
         let at = if at <= 0 { state.current } else { at };
         if at > state.current {
             return Err(Error::FutureRevision);

@@ -19,6 +19,12 @@ use crate::storage::{meta_key, Space, Storage, StorageResult, Value};
 ///
 /// Call [`WriteTxn::end_request`] after each request: a request that changed anything takes the
 /// next main revision, and its changes get sub-revisions 0, 1, 2, ...
+///
+/// The state in memory changes as the requests are applied, the disk at [`WriteTxn::commit`]: a
+/// batch that changed anything and is dropped uncommitted (an apply or commit that failed)
+/// leaves memory ahead of the disk, so the store refuses its reads from then on (as after a
+/// failed install) until the member restarts from its disk. (The auth store's own memory is
+/// not covered: it is ahead until the member, which must stop then, exits.)
 pub struct WriteTxn<'a> {
     storage: &'a Storage,
     state: RwLockWriteGuard<'a, State>,
@@ -48,6 +54,8 @@ pub struct WriteTxn<'a> {
     /// Records of `staged` whose value the log holds: the record's key, where the value starts
     /// in the record and its length, and where the log holds it.
     logged: BTreeMap<Vec<u8>, (usize, usize, LogSpan)>,
+    /// Whether [`WriteTxn::commit`] wrote the batch.
+    committed: bool,
 }
 
 impl<'a> WriteTxn<'a> {
@@ -72,6 +80,7 @@ impl<'a> WriteTxn<'a> {
             compacted_at: None,
             source: None,
             logged: BTreeMap::new(),
+            committed: false,
         }
     }
 
@@ -235,6 +244,9 @@ impl<'a> WriteTxn<'a> {
             let current = self.state.current;
             self.set_meta(meta_key::REVISION, &current.to_be_bytes());
         }
+        // A batch of lease, alarm or membership changes alone stages writes without being
+        // dirty: once taken from `staged`, a failed write must still mark the state (drop).
+        self.dirty |= !self.staged.is_empty();
         let mut batch = self.storage.batch();
         for ((space, key), value) in std::mem::take(&mut self.staged) {
             let logged = (space == Space::Kv)
@@ -250,6 +262,7 @@ impl<'a> WriteTxn<'a> {
             batch.insert_value(Space::Index, &rev, entry);
         }
         batch.commit()?;
+        self.committed = true;
         if let Some(at) = self.compacted_at.take() {
             self.garbage.compact_index(at);
         }
@@ -258,7 +271,16 @@ impl<'a> WriteTxn<'a> {
         } else {
             self.published.publish_counters(&self.state);
         }
-        Ok(self.events)
+        Ok(std::mem::take(&mut self.events))
+    }
+}
+
+impl Drop for WriteTxn<'_> {
+    fn drop(&mut self) {
+        if !self.committed && (self.dirty || !self.staged.is_empty()) {
+            tracing::error!("a write batch was dropped uncommitted; the state is unreadable");
+            self.published.failed();
+        }
     }
 }
 
@@ -321,14 +343,15 @@ impl KvTxn for WriteTxn<'_> {
         let at = self.read_revision();
         let mut deleted = Vec::new();
         for (key, kr) in self.index_range(range, at) {
-            if kr.lease != 0 {
-                self.state.leases.detach(kr.lease, &key);
-            }
+            // Read before anything changes: a failed read leaves this key as it was.
             deleted.push(if with_values {
                 self.load(&key, &kr)?
             } else {
                 key_value(&key, &kr, bytes::Bytes::new())
             });
+            if kr.lease != 0 {
+                self.state.leases.detach(kr.lease, &key);
+            }
             let rev = self.next_revision();
             self.record(&key, KeyRevision::tombstone(rev), b"");
         }

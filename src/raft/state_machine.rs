@@ -195,7 +195,10 @@ impl StateMachine {
                     let cmd = &encoded.decode().map_err(sm_err)?;
                     w.apply_from(entry.log_id.index, encoded.bytes().clone());
                     let started = std::time::Instant::now();
-                    let result = apply::apply(&mut w, &self.auth, entry.log_id.index, cmd);
+                    // A storage failure ends the batch uncommitted and stops the Raft core
+                    // (a state machine error is fatal to it): the member exits.
+                    let result = apply::apply(&mut w, &self.auth, entry.log_id.index, cmd)
+                        .map_err(sm_err)?;
                     let took = started.elapsed();
                     if took > self.slow_apply {
                         crate::metrics::SLOW_APPLY

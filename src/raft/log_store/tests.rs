@@ -17,19 +17,24 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Fja
     async fn build(
         &self,
     ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<u64>> {
-        let err = |e: &dyn std::fmt::Display| super::write_err(e.to_string());
-        let dir = tempfile::tempdir().map_err(|e| err(&e))?;
-        let storage = Storage::open(dir.path()).map_err(|e| err(&e))?;
-        let mvcc = Arc::new(MvccStore::open(storage.clone()).map_err(|e| err(&e))?);
-        let hub = crate::watch::WatchHub::new(mvcc.current_revision());
-        let removed = std::sync::Arc::new(tokio::sync::watch::Sender::new(false));
-        let auth = Arc::new(
-            crate::auth::AuthStore::open(&storage, Default::default()).map_err(|e| err(&e))?,
-        );
-        let snapshots = Arc::new(crate::raft::snapshots::SnapshotFiles::new(dir.path()));
-        let sm = StateMachine::open(1, storage.clone(), mvcc, auth, hub, snapshots, removed)?;
-        Ok((dir, LogStore::new(storage), sm))
+        let dir = tempfile::tempdir().map_err(|e| super::write_err(e.to_string()))?;
+        let (_, log, sm) = open_at(dir.path())?;
+        Ok((dir, log, sm))
     }
+}
+
+/// The storage, log store and state machine of a member whose data dir is `dir`.
+fn open_at(dir: &std::path::Path) -> Result<(Storage, LogStore, StateMachine), StorageError<u64>> {
+    let err = |e: &dyn std::fmt::Display| super::write_err(e.to_string());
+    let storage = Storage::open(dir).map_err(|e| err(&e))?;
+    let mvcc = Arc::new(MvccStore::open(storage.clone()).map_err(|e| err(&e))?);
+    let hub = crate::watch::WatchHub::new(mvcc.current_revision());
+    let removed = std::sync::Arc::new(tokio::sync::watch::Sender::new(false));
+    let auth =
+        Arc::new(crate::auth::AuthStore::open(&storage, Default::default()).map_err(|e| err(&e))?);
+    let snapshots = Arc::new(crate::raft::snapshots::SnapshotFiles::new(dir));
+    let sm = StateMachine::open(1, storage.clone(), mvcc, auth, hub, snapshots, removed)?;
+    Ok((storage.clone(), LogStore::new(storage), sm))
 }
 
 #[test]
@@ -124,18 +129,7 @@ async fn a_value_left_to_the_log_comes_back_from_it_and_holds_the_log_until_flus
     let leased = b"leased".to_vec();
     let log_id = |i: u64| LogId::new(CommittedLeaderId::new(1, 0), i);
     {
-        let (_, mut log, mut sm) = {
-            let storage = Storage::open(dir.path()).map_err(|e| err(&e))?;
-            let mvcc = Arc::new(MvccStore::open(storage.clone()).map_err(|e| err(&e))?);
-            let hub = crate::watch::WatchHub::new(mvcc.current_revision());
-            let removed = Arc::new(tokio::sync::watch::Sender::new(false));
-            let auth = Arc::new(
-                crate::auth::AuthStore::open(&storage, Default::default()).map_err(|e| err(&e))?,
-            );
-            let snapshots = Arc::new(crate::raft::snapshots::SnapshotFiles::new(dir.path()));
-            let sm = StateMachine::open(1, storage.clone(), mvcc, auth, hub, snapshots, removed)?;
-            ((), LogStore::new(storage), sm)
-        };
+        let (_, mut log, mut sm) = open_at(dir.path())?;
         // Two puts of the same value in one entry (a batch), one of them under a lease.
         let put = |key: &[u8], lease: i64| {
             Command::new(Op::Put(PutRequest {
@@ -206,5 +200,67 @@ async fn a_value_left_to_the_log_comes_back_from_it_and_holds_the_log_until_flus
         log.get_log_state().await?.last_purged_log_id,
         Some(log_id(2))
     );
+    Ok(())
+}
+
+/// A storage failure while an entry is applied (bug 11: a record lost from the disk, read back
+/// for `prev_kv` after the txn's first put) is an error to openraft, which stops the member:
+/// the batch is not committed, neither the txn's first put nor the applied index, so the
+/// reopened state is the one before the entry.
+#[tokio::test]
+async fn a_storage_failure_while_applying_is_fatal_and_commits_nothing(
+) -> Result<(), StorageError<u64>> {
+    use crate::apply::{Command, EncodedCommand, Op};
+    use crate::pb::etcdserverpb::request_op::Request;
+    use crate::pb::etcdserverpb::{PutRequest, RangeRequest, RequestOp, TxnRequest};
+    use openraft::storage::RaftStateMachine;
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+    let err = |e: &dyn std::fmt::Display| super::write_err(e.to_string());
+    let dir = tempfile::tempdir().map_err(|e| err(&e))?;
+    let log_id = |i: u64| LogId::new(CommittedLeaderId::new(1, 0), i);
+    let put = |key: &str, prev_kv: bool| PutRequest {
+        key: key.into(),
+        value: b"v".to_vec(),
+        prev_kv,
+        ..Default::default()
+    };
+    let entry = |i: u64, op: Op| Entry::<TypeConfig> {
+        log_id: log_id(i),
+        payload: EntryPayload::Normal(EncodedCommand::encode(&Command::new(op))),
+    };
+    {
+        let (storage, _, mut sm) = open_at(dir.path())?;
+        sm.apply([entry(1, Op::Put(put("b", false)))]).await?;
+        let mut lose = storage.batch();
+        lose.remove(
+            crate::storage::Space::Kv,
+            &crate::mvcc::Revision::new(2, 0).to_bytes(),
+        );
+        lose.commit().map_err(|x| err(&x))?;
+        let txn = TxnRequest {
+            success: [put("x", false), put("b", true)]
+                .map(|p| RequestOp {
+                    request: Some(Request::RequestPut(p)),
+                })
+                .to_vec(),
+            ..Default::default()
+        };
+        let failed = sm.apply([entry(2, Op::Txn(txn))]).await;
+        assert!(failed.is_err(), "answered {failed:?}");
+    }
+    {
+        let (_, _, mut sm) = open_at(dir.path())?;
+        assert_eq!(sm.applied_state().await?.0, Some(log_id(1)));
+    }
+    let storage = Storage::open(dir.path()).map_err(|e| err(&e))?;
+    let mvcc = MvccStore::open(storage).map_err(|e| err(&e))?;
+    assert_eq!(mvcc.current_revision(), 2);
+    let read = mvcc.read().map_err(|x| err(&x))?;
+    let x = RangeRequest {
+        key: b"x".to_vec(),
+        ..Default::default()
+    };
+    let got = crate::mvcc::range(&read, &x).map_err(|x| err(&x))?;
+    assert!(got.kvs.is_empty(), "the txn's first put was committed");
     Ok(())
 }
