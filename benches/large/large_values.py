@@ -12,7 +12,10 @@ on a virtual disk whose bandwidth a host rations that bandwidth moves within a r
 written per put is what a server decides, puts/s partly what the disk allows at that moment.
 Concord and etcd 3.6 fsync every put before they acknowledge it; etcd 3.5.1 with one member
 acknowledges while its WAL fsync is still running (etcd issue 14370, fixed in 3.5.5), so its
-one-client numbers are not a durable server's.
+one-client numbers are not a durable server's. `--disk-floor` also times what one durable put
+cannot go below on this disk: a write of the value (plus 200 bytes of framing) and an
+`fdatasync`, into a preallocated file in the work dir, 2,000 times per size, before the servers
+start.
 
     benches/large/large_values.py --etcd-dir .etcd-ref/bin/etcd-ref \\
         [--etcd36-dir .etcd-ref/bin/etcd-3.6] \\
@@ -20,10 +23,12 @@ one-client numbers are not a durable server's.
 """
 
 import json
+import os
 import shutil
 import statistics
 import subprocess
 import tempfile
+import time
 
 from members import arguments, member, save, servers, stop, wait_healthy
 
@@ -39,6 +44,29 @@ def puts(bench, endpoint, pid, seconds, clients, value_size, keys):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def disk_floor(work, size, writes=2000):
+    """p50 and p99 (ms) of a `size`+200-byte write and its fdatasync at increasing offsets of a
+    preallocated file (as a log appends into a reused segment)."""
+    path = os.path.join(work, "disk-floor.probe")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        step = size + 200
+        os.posix_fallocate(fd, 0, step * writes)
+        os.fsync(fd)
+        buf = os.urandom(step)
+        took = []
+        for i in range(writes):
+            started = time.perf_counter()
+            os.pwrite(fd, buf, i * step)
+            os.fdatasync(fd)
+            took.append(time.perf_counter() - started)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    took.sort()
+    return round(1000 * took[writes // 2], 3), round(1000 * took[writes * 99 // 100], 3)
+
+
 def main():
     ap = arguments(__doc__)
     ap.add_argument("--sizes", default="16384,65536,102400")
@@ -51,11 +79,14 @@ def main():
     ap.add_argument("--warm-seconds", type=int, default=0,
                     help="16-client puts before the rounds, so that each log has been cut by "
                     "snapshots and every server is measured in its steady state")
+    ap.add_argument("--disk-floor", action="store_true",
+                    help="also time a write and fdatasync of each value size on the work dir")
     a = ap.parse_args()
     etcdctl = f"{a.etcd_dir}/etcdctl"
     sizes = [int(s) for s in a.sizes.split(",")]
     client_counts = [int(c) for c in a.clients.split(",")]
     runs = {}  # (server, size, clients) -> [result]
+    floors = {size: disk_floor(a.work, size) for size in sizes} if a.disk_floor else {}
     chosen = servers(a)
     for size in sizes:
         started = []
@@ -118,6 +149,15 @@ def main():
                 + " | ".join(str(e["cpu_ms_per_put"]) for e in es) + f" | {c['cpu_ms_per_put']} | "
                 + " | ".join(str(e["written_kib_per_put"]) for e in es)
                 + f" | {c['written_kib_per_put']} |")
+    if floors:
+        lines += ["", "| value | write + fdatasync p50 / p99 (ms) | "
+                  + " | ".join(f"{label} one-client p50 (ms)" for label, _ in chosen) + " |",
+                  "|---:|---:|" + "---:|" * len(chosen)]
+        for size, (p50, p99) in floors.items():
+            one = [by.get((label, size, 1)) for label, _ in chosen]
+            lines.append(f"| {size // 1024} KiB | {p50} / {p99} | "
+                         + " | ".join(str(r["p50_ms"]) if r else "" for r in one) + " |")
+        rows.append({"disk_floor_ms": {str(size): f for size, f in floors.items()}})
     table = "\n".join(lines) + "\n"
     print(table)
     print(json.dumps(rows, indent=1))
