@@ -256,3 +256,6 @@ mod tests;
 
 #[cfg(test)]
 mod auth_tests;
+
+#[cfg(test)]
+mod txn_tests;
