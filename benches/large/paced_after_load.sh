@@ -12,7 +12,8 @@
 # are in put.slow and range.slow in the work dir, with anything else the tool printed.
 # Run it from the repository's top; BENCH names concord-bench (default
 # target/release/concord-bench). KEYS sets the number of values (default 131072; 2097152 is
-# 32 GiB), QUOTA_GIB the quota (default 16). REUSE=1 keeps a work dir loaded by an earlier run
+# 32 GiB), VALUE_SIZE their size (default 16384; the 8 GiB profile: KEYS=4194304
+# VALUE_SIZE=2048), QUOTA_GIB the quota (default 16). REUSE=1 keeps a work dir loaded by an earlier run
 # with the same KEYS (no load: the restart and the paced phase only), to repeat the phase on a
 # state that takes long to load. DEFRAG=1 also defragments the member 4 s into the paced phase
 # (ETCDCTL, default .etcd-ref/bin/etcd-ref/etcdctl) and prints how long it took. LOAD_ONLY=1
@@ -26,6 +27,7 @@ BIN=$1
 TAG=$2
 BENCH=${BENCH:-target/release/concord-bench}
 KEYS=${KEYS:-131072}
+VALUE_SIZE=${VALUE_SIZE:-16384}
 D=/var/tmp/paced-$TAG
 EP=http://127.0.0.1:23790
 MONITOR=$(cd "$(dirname "$0")" && pwd)/system_monitor.py
@@ -46,8 +48,8 @@ trap '[ -n "$SERVER" ] && kill $SERVER 2>/dev/null' EXIT
 if [ -z "${REUSE:-}" ]; then
   start
   LOAD_START=$(date +%s.%N)
-  "$BENCH" load --endpoints $EP --clients 16 --conns 4 --key-space "$KEYS" --value-size 16384 > /dev/null
-  echo "load: $(awk "BEGIN { print $(date +%s.%N) - $LOAD_START }") s for $KEYS values of 16 KiB"
+  "$BENCH" load --endpoints $EP --clients 16 --conns 4 --key-space "$KEYS" --value-size "$VALUE_SIZE" > /dev/null
+  echo "load: $(awk "BEGIN { print $(date +%s.%N) - $LOAD_START }") s for $KEYS values of $VALUE_SIZE bytes"
   sleep 2
   kill $SERVER
   wait $SERVER || true
@@ -75,7 +77,7 @@ if [ -n "${TRACE:-}" ]; then
 fi
 paced() {
   "$BENCH" "$1" --endpoints $EP --clients 8 --conns 4 --rate 1000 --duration 12s \
-    --value-size 16384 --key-space "$KEYS" --json --slow-ms "${SLOW_MS:-50}" "${@:2}" \
+    --value-size "$VALUE_SIZE" --key-space "$KEYS" --json --slow-ms "${SLOW_MS:-50}" "${@:2}" \
     > "$D/$1.json" 2> "$D/$1.slow"
 }
 if [ -n "${SYSMON:-}" ]; then
