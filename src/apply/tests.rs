@@ -185,18 +185,27 @@ fn compaction_rejects_old_reads_and_keeps_newer_ones() -> TestResult {
     Ok(())
 }
 
+/// A store in `dir`, with its storage and auth store, holding `puts` (one log entry each,
+/// committed in one batch).
+fn store_with(
+    dir: &std::path::Path,
+    puts: &[(&str, &str)],
+) -> std::result::Result<(Storage, MvccStore, AuthStore), Box<dyn std::error::Error>> {
+    let storage = Storage::open(dir)?;
+    let store = MvccStore::open(storage.clone())?;
+    let auth = AuthStore::open(&storage, Default::default())?;
+    let mut w = store.write()?;
+    for (index, (k, v)) in (1..).zip(puts) {
+        super::apply(&mut w, &auth, index, &Command::new(Op::Put(put_req(k, v))))?;
+    }
+    w.commit()?;
+    Ok((storage, store, auth))
+}
+
 #[test]
 fn history_and_index_survive_reopen() -> TestResult {
     let dir = tempfile::tempdir()?;
-    {
-        let storage = Storage::open(dir.path())?;
-        let store = MvccStore::open(storage.clone())?;
-        let auth = AuthStore::open(&storage, Default::default())?;
-        let mut w = store.write()?;
-        super::apply(&mut w, &auth, 1, &Command::new(Op::Put(put_req("a", "1"))))?;
-        super::apply(&mut w, &auth, 2, &Command::new(Op::Put(put_req("a", "2"))))?;
-        w.commit()?;
-    }
+    store_with(dir.path(), &[("a", "1"), ("a", "2")])?;
     let store = MvccStore::open(Storage::open(dir.path())?)?;
     assert_eq!(store.current_revision(), 3);
     let r = mvcc::range(
@@ -290,13 +299,7 @@ fn a_storage_failure_while_applying_commits_nothing_and_stops_reads() -> TestRes
     for (request, wrote_first) in requests {
         let dir = tempfile::tempdir()?;
         {
-            let storage = Storage::open(dir.path())?;
-            let store = MvccStore::open(storage.clone())?;
-            let auth = AuthStore::open(&storage, Default::default())?;
-            let mut w = store.write()?;
-            super::apply(&mut w, &auth, 1, &Command::new(Op::Put(put_req("a", "1"))))?;
-            super::apply(&mut w, &auth, 2, &Command::new(Op::Put(put_req("b", "1"))))?;
-            w.commit()?;
+            let (storage, store, auth) = store_with(dir.path(), &[("a", "1"), ("b", "1")])?;
             // b's record (revision 3) lost.
             let mut lose = storage.batch();
             lose.remove(Space::Kv, &mvcc::Revision::new(3, 0).to_bytes());
