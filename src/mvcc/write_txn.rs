@@ -40,7 +40,8 @@ pub struct WriteTxn<'a> {
     index_entries: Vec<([u8; 16], Value)>,
     /// Changes made by the current request.
     sub: i64,
-    /// Whether anything was written since the batch began.
+    /// Whether a record or compaction was written since the batch began, until it commits (a
+    /// batch dropped while dirty, or while `staged` holds writes, left memory ahead of the disk).
     dirty: bool,
     /// The changes of this batch, in revision order, for watchers.
     events: Vec<Event>,
@@ -54,8 +55,6 @@ pub struct WriteTxn<'a> {
     /// Records of `staged` whose value the log holds: the record's key, where the value starts
     /// in the record and its length, and where the log holds it.
     logged: BTreeMap<Vec<u8>, (usize, usize, LogSpan)>,
-    /// Whether [`WriteTxn::commit`] wrote the batch.
-    committed: bool,
 }
 
 impl<'a> WriteTxn<'a> {
@@ -80,7 +79,6 @@ impl<'a> WriteTxn<'a> {
             compacted_at: None,
             source: None,
             logged: BTreeMap::new(),
-            committed: false,
         }
     }
 
@@ -262,7 +260,8 @@ impl<'a> WriteTxn<'a> {
             batch.insert_value(Space::Index, &rev, entry);
         }
         batch.commit()?;
-        self.committed = true;
+        // Written: nothing is left for the drop to count as lost.
+        self.dirty = false;
         if let Some(at) = self.compacted_at.take() {
             self.garbage.compact_index(at);
         }
@@ -277,7 +276,7 @@ impl<'a> WriteTxn<'a> {
 
 impl Drop for WriteTxn<'_> {
     fn drop(&mut self) {
-        if !self.committed && (self.dirty || !self.staged.is_empty()) {
+        if self.dirty || !self.staged.is_empty() {
             tracing::error!("a write batch was dropped uncommitted; the state is unreadable");
             self.published.failed();
         }
